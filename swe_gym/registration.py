@@ -1,0 +1,28 @@
+"""Gymnasium registration as data. Entry points are strings, so importing ``swe_gym`` does not
+import ``envs`` (the env classes load on ``gym.make``)."""
+
+from __future__ import annotations
+
+import gymnasium
+
+# id -> (entry point, default kwargs). Every id takes tasks=, backend= and env options as overrides.
+ENV_SPECS: dict[str, tuple[str, dict]] = {
+    "SWEStarter-v0": ("envs.swe_env:SWEEnv", {"tasks": "starter", "backend": "local"}),
+    "SWERebench-v0": (
+        "envs.swe_env:SWEEnv",
+        {"tasks": "nebius/SWE-rebench", "split": "test", "backend": "docker"},
+    ),
+    "SWEBenchVerified-v0": (
+        "envs.swe_env:SWEEnv",
+        {"tasks": "SWE-bench/SWE-bench_Verified", "split": "test", "backend": "docker"},
+    ),
+    "SWEGym-v0": ("envs.swe_env:SWEEnv", {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"}),
+    "SWERL-v0": ("envs.swerl_env:SWERLEnv", {"tasks": "starter"}),
+}
+
+
+def register_all() -> None:
+    for env_id, (entry_point, kwargs) in ENV_SPECS.items():
+        if env_id not in gymnasium.registry:
+            # No max_episode_steps: the env truncates itself at max_turns and grades the diff.
+            gymnasium.register(env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=True)
