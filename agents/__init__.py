@@ -1,0 +1,1 @@
+"""Agents: the ReAct loop, model backends, token-exact trajectories and batched rollouts."""

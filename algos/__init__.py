@@ -1,0 +1,1 @@
+"""RL algorithms (RFT, GRPO, DAPO) sharing one core and one learner."""

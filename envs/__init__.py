@@ -1,0 +1,1 @@
+"""Gymnasium environments for software-engineering episodes."""
