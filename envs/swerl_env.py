@@ -1,0 +1,203 @@
+"""``SWERLEnv``: single-turn SWE-RL patch generation (methods.md section 3).
+
+One episode = one task: ``reset`` returns the SWE-RL prompt (issue + code context + format
+instructions), ``step(response)`` scores the model's ``<think>/<solution>`` answer and ends the
+episode. ``reward="similarity"`` is the SWE-RL rule-based reward (``swe_gym.swerl.reward``);
+``reward="execution"`` turns the edits into a patch and grades it by running the task's tests
+(``swe_gym.grading.grade_patch``): 1.0 resolved, 0.0 not. A format error is -1 under both.
+
+The code context is the files the gold patch modifies plus ``max_context_files`` more chosen
+by ``context_selector`` (``"bm25"``, ``"none"``, ``"task"`` = the curated
+``meta["relevant_files"]``, or a callable), read at ``base_commit`` from the task's local clone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.utils import seeding
+
+from envs.spaces import UnicodeText
+from swe_gym.errors import unknown_choice
+from swe_gym.swerl.apply import make_patch
+from swe_gym.swerl.context import CodeContext, build_code_context, resolve_selector
+from swe_gym.swerl.prompt import SYSTEM_PROMPT, build_prompt
+from swe_gym.swerl.reward import FORMAT_ERROR_REWARD, swerl_reward
+from swe_gym.tasks import Task, load_tasks
+
+REWARDS = ("similarity", "execution")
+MAX_TEXT = 4_000_000  # characters; a 16k-token SWE-RL context is ~64k characters
+
+
+def default_repo_resolver(repo: str) -> Path:
+    """The local git clone holding ``repo``'s commits (``swe_gym.repos.local_repo``)."""
+    try:
+        from swe_gym.repos import local_repo
+    except ImportError:  # pragma: no cover - transitional: repos.py is landing in parallel
+        from swe_gym.starter import repo_path as local_repo
+    return Path(local_repo(repo))
+
+
+class SWERLEnv(gym.Env[str, str]):
+    """Single-turn SWE-RL env. ``reset(seed, options={"task_id": ...}) -> (prompt, info)``;
+    ``step(response) -> ("", reward, True, False, info)``."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        tasks: str | Iterable[Mapping[str, Any] | Task] = "starter",
+        split: str = "test",
+        reward: str = "similarity",
+        context_selector: str | Callable[[str, Mapping[str, str], int], list[str]] | None = "bm25",
+        max_context_files: int = 3,
+        backend: str = "local",
+        seed: int | None = None,
+        repo_resolver: Callable[[str], Path] | None = None,
+        grading_timeout: float = 900.0,
+        max_prompt_chars: int = MAX_TEXT,
+    ):
+        if reward not in REWARDS:
+            raise unknown_choice("reward", reward, REWARDS)
+        if max_context_files < 0:
+            raise ValueError(f"max_context_files must be >= 0, got {max_context_files}")
+        self.tasks = load_tasks(tasks, split=split)
+        if not self.tasks:
+            raise ValueError(f"task source {tasks!r} holds no tasks")
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self.reward_kind = reward
+        self._use_task_meta = context_selector == "task"
+        self.selector = None if self._use_task_meta else resolve_selector(context_selector)
+        self.max_context_files = max_context_files
+        self.backend = backend
+        self.repo_resolver = repo_resolver or default_repo_resolver
+        self.grading_timeout = grading_timeout
+        self.max_prompt_chars = max_prompt_chars
+        self.observation_space = UnicodeText(MAX_TEXT)
+        self.action_space = UnicodeText(MAX_TEXT)
+        self._contexts: dict[str, CodeContext] = {}
+        self._task: Task | None = None
+        self._done = True
+        if seed is not None:  # seeds the task choice; reset(seed=...) reseeds
+            self._np_random, self._np_random_seed = seeding.np_random(seed)
+
+    # ------------------------------------------------------------------ context and prompt
+    def code_context(self, task: Task) -> CodeContext:
+        """The files shown to the model for ``task`` (cached per task)."""
+        ctx = self._contexts.get(task.instance_id)
+        if ctx is None:
+            repo = self.repo_resolver(task.repo)
+            if self._use_task_meta:
+                relevant = list(task.meta.get("relevant_files") or [])[: self.max_context_files]
+                ctx = build_code_context(
+                    repo,
+                    task.base_commit,
+                    task.problem_statement,
+                    task.code_files,
+                    selector=lambda _i, cands, k: [p for p in relevant if p in cands][:k],
+                    max_relevant=len(relevant),
+                    candidate_filter=lambda p: p in relevant,
+                )
+            else:
+                ctx = build_code_context(
+                    repo,
+                    task.base_commit,
+                    task.problem_statement,
+                    task.code_files,
+                    selector=self.selector,
+                    max_relevant=self.max_context_files,
+                )
+            self._contexts[task.instance_id] = ctx
+        return ctx
+
+    def _prompt(self, task: Task, ctx: CodeContext) -> str:
+        files = dict(ctx.files)
+        prompt = build_prompt(task.problem_statement, files)
+        # Over budget: drop selector picks (least relevant last-picked first), never gold files.
+        for path in reversed(ctx.relevant):
+            if len(prompt) <= self.max_prompt_chars:
+                break
+            files.pop(path, None)
+            prompt = build_prompt(task.problem_statement, files)
+        if len(prompt) > self.max_prompt_chars:
+            raise ValueError(
+                f"task {task.instance_id}: the prompt is {len(prompt)} characters even without "
+                f"relevant files; raise max_prompt_chars (now {self.max_prompt_chars})"
+            )
+        return prompt
+
+    # ------------------------------------------------------------------------- gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        options = options or {}
+        task_id = options.get("task_id")
+        if task_id is not None:
+            if task_id not in self._by_id:
+                raise unknown_choice("task_id", task_id, self._by_id)
+            task = self._by_id[task_id]
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        ctx = self.code_context(task)
+        self._task, self._done = task, False
+        info = {
+            "task_id": task.instance_id,
+            "system_prompt": SYSTEM_PROMPT,
+            "context_files": list(ctx.files),
+        }
+        return self._prompt(task, ctx), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self._task is None or self._done:
+            raise RuntimeError(
+                "SWERLEnv.step called before reset (or after the episode ended); call reset()"
+            )
+        if not isinstance(action, str):
+            raise TypeError(
+                f"the action must be the model's response text (str), got {type(action).__name__}"
+            )
+        task, ctx = self._task, self._contexts[self._task.instance_id]
+        self._done = True
+        result = swerl_reward(action, ctx.files, task.patch)
+        info: dict[str, Any] = {
+            "task_id": task.instance_id,
+            "format_ok": result.format_ok,
+            "reason": result.reason,
+            "detail": result.detail,
+            "similarities": result.similarities,
+            "similarity_reward": result.reward,
+            "edits": [asdict(e) for e in result.edits],
+            "patch": "",
+        }
+        reward = result.reward
+        if result.format_ok:
+            info["patch"] = make_patch(ctx.files, result.new_files)
+        if self.reward_kind == "execution" and result.format_ok:
+            from swe_gym.grading import grade_patch  # imported on use: similarity needs no sandbox
+
+            report = grade_patch(
+                task, info["patch"], backend=self.backend, timeout=self.grading_timeout
+            )
+            info["report"] = report.to_dict()
+            reward = 1.0 if report.resolved else 0.0
+        elif not result.format_ok:
+            reward = FORMAT_ERROR_REWARD
+        return "", float(reward), True, False, info
+
+    def close(self) -> None:
+        self._task = None
+        self._done = True
+
+    def __enter__(self) -> SWERLEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["REWARDS", "SWERLEnv", "default_repo_resolver"]
