@@ -196,7 +196,7 @@ def load_tasks(
     Args:
         source: a local ``.jsonl``/``.json``/``.parquet`` path, a hub dataset id
             (``"nebius/SWE-rebench"``, loaded with ``datasets.load_dataset(source, split=split)``),
-            ``"starter"`` for the bundled suite, or an iterable of row dicts / ``Task``.
+            a dataset folder in the hub layout (same loader), ``"starter"`` for the bundled suite, or an iterable of row dicts / ``Task``.
         split: dataset split for hub ids.
         instance_ids: keep only these ids (in the source's order); an unknown id is an error.
     """
@@ -206,6 +206,8 @@ def load_tasks(
             from swe_gym.starter import starter_tasks
 
             tasks = starter_tasks()
+        elif path.is_dir():  # a dataset folder in the hub's layout (e.g. a local snapshot)
+            tasks = [normalise_row(r) for r in _load_hub(str(path), split)]
         elif path.exists():
             tasks = [normalise_row(r) for r in _read_file(path)]
         elif isinstance(source, str) and "/" in source and not source.startswith((".", "/")):

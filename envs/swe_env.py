@@ -1,0 +1,249 @@
+"""``SWEEnv``: a multi-turn software-engineering episode as a ``gymnasium.Env``.
+
+An episode: ``reset`` picks a task (seeded, or ``options={"task_id": ...}``) and starts a sandbox
+with the repository at ``base_commit``; the observation is the task prompt, and
+``info["system_prompt"]`` holds the tool docs and action format. Each ``step(text)`` parses the
+model's raw text into one tool call (``bash``, ``str_replace_editor``, ``submit``), runs it and
+returns its output. ``submit`` grades the diff in a fresh sandbox (SWE-bench rule, see
+``swe_gym.grading``) and terminates with reward 1.0 if resolved else 0.0. Reaching ``max_turns``
+truncates the episode (and grades the current diff unless ``grade_on_truncation=False``).
+
+A malformed action is an observation, never an exception: ``info["invalid_action"]`` is True and
+``info["invalid_reason"]`` holds a reason code from ``swe_gym.tools.parsing``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+
+from envs.spaces import UnicodeText
+from swe_gym.errors import SandboxError, unknown_choice
+from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
+from swe_gym.sandbox import BACKENDS, DEFAULT_COMMAND_TIMEOUT, Sandbox, make_sandbox
+from swe_gym.tasks import Task, TaskSource, load_tasks
+from swe_gym.tools.docs import system_prompt, task_prompt
+from swe_gym.tools.editor import Editor
+from swe_gym.tools.parsing import ACTION_FORMATS, InvalidAction, ToolCall, parse_action
+
+MAX_TEXT = 1_000_000  # characters; bounds of the Text spaces
+
+
+def _interactive_message(command: str) -> str | None:
+    from swe_gym.sandbox.shell import interactive_command_message
+
+    return interactive_command_message(command)
+
+
+class SWEEnv(gym.Env[str, str]):
+    """Multi-turn SWE environment. See the module docstring for the episode contract."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        tasks: TaskSource = "starter",
+        *,
+        split: str = "test",
+        instance_ids: list[str] | None = None,
+        backend: str = "local",
+        max_turns: int = 40,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        action_format: str = "fenced",
+        grade_on_truncation: bool = True,
+        test_timeout: float = DEFAULT_TEST_TIMEOUT,
+        sandbox_options: dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ):
+        if backend not in BACKENDS:
+            raise unknown_choice("backend", backend, BACKENDS)
+        if action_format not in ACTION_FORMATS:
+            raise unknown_choice("action_format", action_format, ACTION_FORMATS)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise unknown_choice("render_mode", render_mode, self.metadata["render_modes"])
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if command_timeout <= 0:
+            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout!r}")
+        self.tasks: list[Task] = load_tasks(tasks, split=split, instance_ids=instance_ids)
+        if not self.tasks:
+            raise ValueError(f"the task source {tasks!r} holds no tasks")
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self.backend = backend
+        self.max_turns = max_turns
+        self.command_timeout = float(command_timeout)
+        self.action_format = action_format
+        self.grade_on_truncation = grade_on_truncation
+        self.test_timeout = test_timeout
+        self.sandbox_options = dict(sandbox_options or {})
+        self.render_mode = render_mode
+        self.observation_space = UnicodeText(MAX_TEXT)
+        self.action_space = UnicodeText(MAX_TEXT)
+        self.system_prompt = system_prompt(action_format, self.command_timeout)
+
+        self.task: Task | None = None
+        self.sandbox: Sandbox | None = None
+        self.editor: Editor | None = None
+        self.turn = 0
+        self._done = True
+        self._cwd = ""
+        self._open_file: str | None = None
+        self._last_obs = ""
+        self._last_patch = ""
+
+    # ------------------------------------------------------------------------- episode
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._close_sandbox()
+        options = dict(options or {})
+        task_id = options.pop("task_id", None)
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; accepted: task_id")
+        if task_id is None:
+            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        elif task_id in self._by_id:
+            self.task = self._by_id[task_id]
+        else:
+            raise unknown_choice("task_id", task_id, self._by_id)
+        sandbox = make_sandbox(
+            self.task, self.backend, command_timeout=self.command_timeout, **self.sandbox_options
+        )
+        try:
+            sandbox.start()
+        except BaseException:
+            sandbox.close()
+            raise
+        self.sandbox, self.editor = sandbox, Editor(sandbox)
+        self.turn, self._done = 0, False
+        self._cwd, self._open_file = sandbox.workdir, None
+        obs = task_prompt(self.task.problem_statement, sandbox.workdir, self.max_turns)
+        self._last_obs = obs
+        info = self._info(tool=None)
+        info["system_prompt"] = self.system_prompt
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._done or self.sandbox is None:
+            raise ResetNeeded("call reset() before step(): the episode is over or was never started")
+        self.turn += 1
+        t0 = time.monotonic()
+        text = action if isinstance(action, str) else str(action)
+        parsed = parse_action(text, self.action_format)
+        reward, terminated, truncated = 0.0, False, False
+        report: GradingReport | None = None
+        extra: dict[str, Any] = {}
+        if isinstance(parsed, InvalidAction):
+            obs = f"Invalid action ({parsed.reason}): {parsed.message}"
+            info = self._info(tool=None, invalid=parsed)
+        else:
+            try:
+                if parsed.tool == "submit":
+                    report = self._grade()
+                    reward, terminated = float(report.resolved), True
+                    obs = "Submitted. " + ("The tests pass: resolved." if report.resolved else f"Not resolved ({report.reason}).")
+                else:
+                    obs = self._run_tool(parsed)
+            except SandboxError as e:
+                # The sandbox itself died (container killed, daemon gone): end the episode, say why.
+                obs = f"The sandbox failed and the episode cannot go on: {e}"
+                truncated, extra["error"] = True, str(e)
+            info = self._info(tool=parsed.tool)
+        if not (terminated or truncated) and self.turn >= self.max_turns:
+            truncated = True
+            obs += f"\n\nTurn limit ({self.max_turns}) reached; the episode is over."
+            if self.grade_on_truncation:
+                report = self._grade()
+                reward = float(report.resolved)
+        if terminated or truncated:
+            self._done = True
+            info["patch"] = self._last_patch if report else self._safe_diff()
+            self._close_sandbox()
+        info["report"] = report.to_dict() if report else None
+        info["resolved"] = bool(report and report.resolved)
+        info["step_time_s"] = time.monotonic() - t0
+        info.update(extra)
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------------- tools
+
+    def _run_tool(self, call: ToolCall) -> str:
+        assert self.sandbox is not None and self.editor is not None
+        if call.tool == "bash":
+            command = call.args["command"]
+            message = _interactive_message(command)
+            if message:
+                return message + self._prompt_line()
+            res = self.sandbox.run(command, timeout=self.command_timeout)
+            out = res.output if res.output.strip() else "(no output)"
+            if res.restarted:
+                out += "\n[the shell exited or was killed; a new shell was started: cwd and variables were reset]"
+            if res.timed_out:
+                out += f"\n[command timed out after {self.command_timeout:g} s and was killed]"
+            elif res.oom_killed:
+                out += "\n[command was killed: out of memory]"
+            elif res.exit_code not in (0, None):
+                out += f"\n[exit code {res.exit_code}]"
+            self._cwd = self._current_dir()
+            return out + self._prompt_line()
+        out = self.editor(call.args)
+        if call.args.get("command") in ("view", "create", "str_replace", "insert") and not out.startswith("ERROR"):
+            self._open_file = call.args["path"]
+        return out + self._prompt_line()
+
+    def _current_dir(self) -> str:
+        assert self.sandbox is not None
+        res = self.sandbox.run("pwd", timeout=10)
+        lines = res.output.strip().splitlines()
+        return lines[-1] if res.exit_code == 0 and lines else self._cwd
+
+    def _prompt_line(self) -> str:
+        open_file = self._open_file or "n/a"
+        return f"\n(Open file: {open_file})\n(Current directory: {self._cwd})"
+
+    def _safe_diff(self) -> str:
+        try:
+            return self.sandbox.diff() if self.sandbox else ""
+        except SandboxError:
+            return ""
+
+    def _grade(self) -> GradingReport:
+        assert self.sandbox is not None and self.task is not None
+        self._last_patch = self.sandbox.diff()
+        return grade_patch(
+            self.task,
+            self._last_patch,
+            backend=self.backend,
+            sandbox_options=self.sandbox_options,
+            timeout=self.test_timeout,
+        )
+
+    def _info(self, tool: str | None, invalid: InvalidAction | None = None) -> dict[str, Any]:
+        return {
+            "task_id": self.task.instance_id if self.task else None,
+            "turn": self.turn,
+            "invalid_action": invalid is not None,
+            "invalid_reason": invalid.reason if invalid else None,
+            "tool": tool,
+            "patch": "",
+        }
+
+    # ------------------------------------------------------------------------- lifecycle
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        return None
+
+    def _close_sandbox(self) -> None:
+        sandbox, self.sandbox, self.editor = self.sandbox, None, None
+        if sandbox is not None:
+            sandbox.close()
+
+    def close(self) -> None:
+        self._done = True
+        self._close_sandbox()
