@@ -38,6 +38,9 @@ class Conversation:
 
     messages: list[dict[str, str]] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    # Episode facts a model may need that are not part of the prompt: ``task_id``, ``turn`` and,
+    # when the env exposes it, ``task`` (the ``swe_gym.Task``; the oracle model replays from it).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,7 +57,13 @@ class Generation:
 
 @runtime_checkable
 class Model(Protocol):
-    """Given a conversation, return the next assistant message with token ids and log-probs."""
+    """Given a conversation, return the next assistant message with token ids and log-probs.
+
+    A token backend also has a ``tokenizer`` attribute (a Hugging Face tokenizer with a chat
+    template): the agent then builds ``conversation.token_ids`` itself, token-exact, and the model
+    must condition on exactly those ids. Without one (or ``tokenizer = None``) the model reads
+    ``conversation.messages`` and the trajectory is marked ``token_exact=False``.
+    """
 
     name: str
 
