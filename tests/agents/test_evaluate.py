@@ -1,0 +1,115 @@
+"""``python -m agents.evaluate``: metrics, outputs, and the oracle acceptance run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+
+from agents.evaluate import main, pass_at_k, summarise
+from agents.models import SPEC_FORMS, ScriptedModel, load_model
+from agents.trajectory import Trajectory, load_jsonl
+
+
+def _brute_pass_at_k(n: int, c: int, k: int) -> float:
+    """Fraction of k-subsets of n samples (c correct) holding at least one correct one."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize(
+    "n,c,k", [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 1, 6), (7, 3, 2), (4, 4, 2)]
+)
+def test_pass_at_k_matches_enumeration(n, c, k):
+    assert pass_at_k(n, c, k) == pytest.approx(_brute_pass_at_k(n, c, k))
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="n=3 c=4"):
+        pass_at_k(3, 4, 1)
+
+
+def test_summary_mean_and_standard_error_over_runs():
+    # Two tasks x 3 runs; run-wise pass rates 1.0, 0.5, 0.0.
+    pattern = {"a": [True, True, False], "b": [True, False, False]}
+    trajs = [
+        Trajectory(task_id=tid, resolved=ok, finish_reason="submitted")
+        for tid, oks in pattern.items()
+        for ok in oks
+    ]
+    s = summarise(trajs, ["a", "b"], runs=3)
+    assert s["pass@1_per_run"] == [1.0, 0.5, 0.0]
+    assert s["pass@1"] == pytest.approx(0.5)
+    assert s["pass@1_stderr"] == pytest.approx(0.5 / math.sqrt(3))
+    assert s["pass@k"]["3"] == pytest.approx(1.0)
+    assert s["pass@k"]["2"] == pytest.approx((pass_at_k(3, 2, 2) + pass_at_k(3, 1, 2)) / 2)
+    assert s["per_task"]["a"]["resolved"] == 2
+
+
+def test_evaluate_cli_oracle_on_two_tasks(tmp_path, starter_task_ids, capsys):
+    tasks = starter_task_ids[:2]
+    rc = main(
+        [
+            "--env",
+            "SWEStarter-v0",
+            "--model",
+            "oracle",
+            "--runs",
+            "2",
+            "--tasks",
+            *tasks,
+            "--out",
+            str(tmp_path),
+            "--concurrency",
+            "2",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "pass@1 = 100.0% +- 0.0" in out and tasks[0] in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pass@1"] == 1.0 and summary["pass@k"]["2"] == 1.0
+    trajs = load_jsonl(tmp_path / "trajectories.jsonl")
+    assert len(trajs) == 4 and all(t.resolved for t in trajs)
+    for name in ("predictions.jsonl", "predictions_run1.jsonl"):
+        preds = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        assert [p["instance_id"] for p in preds] == tasks
+        assert all(p["model_patch"].startswith("diff --git") for p in preds)
+
+
+@pytest.mark.slow
+def test_acceptance_oracle_resolves_every_starter_task(tmp_path, starter_task_ids, capsys):
+    assert (
+        main(
+            ["--env", "SWEStarter-v0", "--model", "oracle", "--out", str(tmp_path), "--no-progress"]
+        )
+        == 0
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_tasks"] == len(starter_task_ids)
+    unresolved = [t for t, p in summary["per_task"].items() if p["resolved"] != p["n"]]
+    assert unresolved == []
+
+
+def test_unknown_task_id_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="unknown task id"):
+        main(["--model", "oracle", "--tasks", "nope-1", "--out", str(tmp_path), "--no-progress"])
+
+
+def test_load_model_specs(tmp_path):
+    with pytest.raises(ValueError, match="unknown model spec 'gpt'") as e:
+        load_model("gpt")
+    for form in SPEC_FORMS:
+        assert form in str(e.value)
+    with pytest.raises(ValueError, match="openai:<base_url>#<model>"):
+        load_model("openai:http://localhost:8000/v1")
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps({"task-a": ["one", "two"]}))
+    model = load_model(f"scripted:{script}")
+    assert isinstance(model, ScriptedModel) and model.name == "scripted:replies.json"
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_model(f"scripted:{tmp_path / 'missing.json'}")
