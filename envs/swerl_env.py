@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.error import ResetNeeded
 from gymnasium.utils import seeding
 
 from envs.spaces import UnicodeText
@@ -58,6 +59,7 @@ class SWERLEnv(gym.Env[str, str]):
         backend: str = "local",
         seed: int | None = None,
         repo_resolver: Callable[[str], Path] | None = None,
+        repos_dir: str | Path | None = None,
         grading_timeout: float = 900.0,
         max_prompt_chars: int = MAX_TEXT,
     ):
@@ -74,6 +76,9 @@ class SWERLEnv(gym.Env[str, str]):
         self.selector = None if self._use_task_meta else resolve_selector(context_selector)
         self.max_context_files = max_context_files
         self.backend = backend
+        if repo_resolver is None and repos_dir is not None:
+            # the clone layout curation and the sandboxes share: DIR/<owner>__<name>
+            repo_resolver = lambda repo: Path(repos_dir) / repo.replace("/", "__")  # noqa: E731
         self.repo_resolver = repo_resolver or default_repo_resolver
         self.grading_timeout = grading_timeout
         self.max_prompt_chars = max_prompt_chars
@@ -154,7 +159,7 @@ class SWERLEnv(gym.Env[str, str]):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self._task is None or self._done:
-            raise RuntimeError(
+            raise ResetNeeded(
                 "SWERLEnv.step called before reset (or after the episode ended); call reset()"
             )
         if not isinstance(action, str):

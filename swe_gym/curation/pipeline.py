@@ -341,7 +341,9 @@ def curate(cfg: CurationConfig) -> Summary:
     if cfg.validate:
         from swe_gym.curation.validate import make_validator
 
-        validator = make_validator(cfg.validate, cfg.validate_timeout)
+        # The local sandbox makes its worktree from the same DIR/<owner>__<name> clones.
+        opts = {"repos_dir": str(cfg.repos_dir)} if cfg.validate == "local" else {}
+        validator = make_validator(cfg.validate, cfg.validate_timeout, opts)
     merged = sorted((pr for pr in idx.prs.values() if pr.merged), key=lambda p: (p.repo, p.number))
     summary.merged_prs = len(merged)
     with (

@@ -7,7 +7,14 @@
 - ``prompt``: the SWE-RL system prompt and user prompt.
 """
 
-from swe_gym.swerl.apply import PatchApplyError, apply_edits, apply_patch, make_patch, parse_patch
+from swe_gym.swerl.apply import (
+    PatchApplyError,
+    apply_edits,
+    apply_patch,
+    edits_from_patch,
+    make_patch,
+    parse_patch,
+)
 from swe_gym.swerl.format import (
     REASONS,
     FormatError,
@@ -15,6 +22,7 @@ from swe_gym.swerl.format import (
     SearchReplaceEdit,
     parse_edits,
     parse_response,
+    render_response,
 )
 from swe_gym.swerl.reward import FORMAT_ERROR_REWARD, RewardResult, swerl_reward, unified_diff_body
 
@@ -28,10 +36,12 @@ __all__ = [
     "SearchReplaceEdit",
     "apply_edits",
     "apply_patch",
+    "edits_from_patch",
     "make_patch",
     "parse_edits",
     "parse_patch",
     "parse_response",
+    "render_response",
     "swerl_reward",
     "unified_diff_body",
 ]

@@ -239,3 +239,34 @@ def make_patch(old_files: Mapping[str, str], new_files: Mapping[str, str | None]
                 out.append("\n\\ No newline at end of file\n")
         chunks.append("".join(header + out))
     return "".join(chunks)
+
+
+def edits_from_patch(files: Mapping[str, str], patch: str) -> list[SearchReplaceEdit]:
+    """SEARCH/REPLACE edits that reproduce ``patch`` on ``files`` (one per hunk, widened to the
+    whole file when a hunk's old lines are not unique): a scripted "oracle" answer for tests,
+    demos and SFT data. Created, deleted and binary files are left out (SEARCH/REPLACE cannot
+    express them)."""
+    edits: list[SearchReplaceEdit] = []
+    for fp in parse_patch(patch):
+        if fp.binary or fp.old_path is None or fp.new_path is None or fp.old_path not in files:
+            continue
+        current = files[fp.old_path]
+        for hunk in fp.hunks:
+            old, new = hunk.old_new()
+            search, replace = "".join(old).rstrip("\n"), "".join(new).rstrip("\n")
+            edit = SearchReplaceEdit(fp.old_path, search, replace)
+            try:
+                if not search or search == replace:
+                    raise FormatError("search_ambiguous")
+                current = _apply_one(current, edit, 0)
+            except FormatError:
+                edits = [e for e in edits if e.path != fp.old_path]
+                target = _apply_hunks(files[fp.old_path], fp.hunks, fp.old_path)
+                edits.append(
+                    SearchReplaceEdit(
+                        fp.old_path, files[fp.old_path].rstrip("\n"), target.rstrip("\n")
+                    )
+                )
+                break
+            edits.append(edit)
+    return edits

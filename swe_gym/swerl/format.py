@@ -127,3 +127,9 @@ def parse_response(response: str) -> ParsedResponse:
         if e.search == e.replace:
             raise FormatError("search_equals_replace", f"block {i + 1} on {e.path}")
     return ParsedResponse(thought, solution, edits)
+
+
+def render_response(thought: str, edits: list[SearchReplaceEdit]) -> str:
+    """A well-formed response holding ``edits`` (the inverse of ``parse_response``)."""
+    blocks = "\n\n".join(e.to_text() for e in edits)
+    return f"{THINK_OPEN}\n{thought}\n{THINK_CLOSE}\n{SOLUTION_OPEN}\n{blocks}\n{SOLUTION_CLOSE}"
