@@ -61,7 +61,7 @@ def read_files(repo: Path | str, commit: str, paths: Iterable[str]) -> dict[str,
         eol = out.index(b"\n", pos)
         header = out[pos:eol].split()
         pos = eol + 1
-        if len(header) == 2 and header[1] == b"missing" or len(header) < 3 or header[1] != b"blob":
+        if header[-1:] == [b"missing"] or len(header) != 3 or header[1] != b"blob":
             result[p] = None
             continue
         size = int(header[2])
