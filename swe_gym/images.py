@@ -14,9 +14,10 @@ Resolution order for a task (``ensure_image``):
    - **environment** ``swe-gym/env:<hash>``: the base plus the environment part of the task's
      ``install_config`` (``python``, ``packages``, ``pip_packages``, ``env_vars``), keyed by a hash
      of that recipe so tasks that share a recipe share the image.
-   - **instance** ``swe-gym/sweb.eval.<id>:<hash>``: the environment plus the repository at
+   - **instance** ``swe-gym/testbed.<repo>:<hash>``: the environment plus the repository at
      ``base_commit`` in ``/testbed`` (history after ``base_commit`` is not in the image), then
-     ``pre_install`` and ``install`` run there.
+     ``pre_install`` and ``install`` run there. Keyed by repository, commit and recipe, so
+     tasks at the same commit share it.
 
 Pull policies: ``never`` (local images only), ``if-missing`` (local first, then pull),
 ``always`` (pull first). Pulls retry with backoff on transient errors (timeouts, 429, 5xx);
@@ -363,7 +364,7 @@ def _instance_dockerfile(env_tag: str, recipe: Recipe, task: Task) -> str:
     for cmd in _as_commands(inst.get("install")):
         lines.append(f"RUN {cmd}")
     lines.append(
-        f"LABEL owner={LABEL_OWNER} swe-gym.layer=instance swe-gym.task={_slug(task.instance_id)} "
+        f"LABEL owner={LABEL_OWNER} swe-gym.layer=instance swe-gym.repo={_slug(task.repo)} "
         f"swe-gym.base_commit={task.base_commit}"
     )
     return "\n".join(lines) + "\n"
@@ -378,7 +379,8 @@ def instance_tag(task: Task, recipe: Recipe | None = None) -> str:
         "repo": task.repo,
         "commit": task.base_commit,
     }
-    return f"swe-gym/sweb.eval.{_slug(task.instance_id)}:{_hash(key)}"
+    # Keyed by repository, commit and recipe (not instance id): tasks sharing them share the image.
+    return f"swe-gym/testbed.{_slug(task.repo.replace('/', '.'))}:{_hash(key)}"
 
 
 # -------------------------------------------------------------------------------------- builds
@@ -437,7 +439,10 @@ def _docker_build(
 def _testbed_context(task: Task, dest: Path) -> Path:
     """A clone of the task's repository at ``base_commit`` with no later history (no refs,
     no reflog), so the agent cannot ``git log`` its way to the fix."""
-    from swe_gym.repos import local_repo
+    try:
+        from swe_gym.repos import local_repo
+    except ImportError:  # only the bundled starter repositories without swe_gym.repos
+        from swe_gym.starter import repo_path as local_repo
 
     src = Path(local_repo(task.repo))
     out = dest / "testbed"

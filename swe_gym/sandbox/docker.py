@@ -1,0 +1,546 @@
+"""``DockerSandbox``: one container per episode, a persistent bash over a ``docker exec`` socket.
+
+The container runs ``sleep infinity`` under Docker's init from the task's image (see
+``swe_gym.images``) with the repository at ``base_commit`` in ``/testbed``. Isolation by
+default: no network (``network=True`` opts in), every capability dropped,
+``no-new-privileges``, a pids limit, a memory limit with no swap, a CPU quota, no host mounts.
+Labels (``swe_gym.reap``): ``owner=swe-gym``, ``swe-gym.run``, ``swe-gym.episode``,
+``swe-gym.task``, ``swe-gym.started``.
+
+The bash session is ``swe_gym.sandbox.shell`` (shared with the local backend) over
+``DockerExecStream``: ``api.exec_create(stdin=True, tty=False)`` + ``api.exec_start(socket=True)``,
+whose output arrives as 8-byte-header multiplexed frames. Per-command timeouts kill the
+command's process group with a second exec; when that is impossible (a fork bomb at the pids
+limit) the container's processes are all killed and it is started again (files kept).
+Files go through the archive API (``get_archive`` / ``put_archive``), not the shell.
+
+Many environments in parallel: each ``DockerSandbox`` is independent and thread-safe to use
+from its own thread; starts are capped process-wide (``SWE_GYM_DOCKER_MAX_STARTS``, default 8)
+and retried on transient daemon errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import posixpath
+import select
+import socket
+import struct
+import tarfile
+import threading
+import time
+import uuid
+from typing import Any
+
+from swe_gym.docker_daemon import docker_host, get_client, is_connection_error, unavailable
+from swe_gym.errors import SandboxError, SandboxUnavailable, unknown_choice
+from swe_gym.images import PULL_POLICIES, WORKDIR, ensure_image
+from swe_gym.reap import LABEL_EPISODE, LABEL_OWNER, LABEL_RUN, LABEL_STARTED, LABEL_TASK, OWNER
+from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
+from swe_gym.tasks import Task
+
+# Concurrent container starts in this process: the daemon serialises much of create/start, and
+# a burst of 64 starts is slower in total than 8 at a time.
+_start_slots = threading.BoundedSemaphore(int(os.environ.get("SWE_GYM_DOCKER_MAX_STARTS", "8")))
+# One id per process unless set: tests and trainers pass their own to reap exactly their containers.
+DEFAULT_RUN_ID = os.environ.get("SWE_GYM_RUN_ID") or f"pid{os.getpid()}-{uuid.uuid4().hex[:8]}"
+START_ATTEMPTS = 4
+OOM_MESSAGE = (
+    "\n[the command was killed by the kernel's OOM killer: the sandbox's memory limit is {mb} MB]"
+)
+PIDS_MESSAGE = (
+    "\n[the sandbox hit its process limit ({n} processes); every process in it was killed and "
+    "a fresh shell started (files are kept, the working directory and variables are not)]"
+)
+
+
+class DockerExecStream:
+    """A duplex byte stream to a process started with ``docker exec`` (stdin open, no TTY).
+
+    ``recv`` merges stdout and stderr frames (8-byte header: stream id, 3 zero bytes, big-endian
+    payload length) and returns payload bytes; ``b""`` means nothing arrived within ``timeout``;
+    it raises ``EOFError`` once the process has exited and its output is drained.
+    """
+
+    def __init__(self, api: Any, container_id: str, cmd: list[str], workdir: str | None = None,
+                 environment: dict[str, str] | None = None):
+        self.api = api
+        self.exec_id = api.exec_create(
+            container_id, cmd, stdin=True, stdout=True, stderr=True, tty=False,
+            workdir=workdir, environment=environment,
+        )["Id"]
+        sock = api.exec_start(self.exec_id, socket=True)
+        # docker-py wraps the socket in SocketIO for unix sockets (``_sock``), or returns it raw.
+        self._sock: socket.socket = getattr(sock, "_sock", sock)
+        self._keep = sock  # the wrapper owns the fd's lifetime
+        self._buf = b""
+        self._eof = False
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            raise EOFError(f"exec stream closed: {e}") from None
+
+    def recv(self, timeout: float) -> bytes:
+        """Payload bytes available within ``timeout`` seconds (``b""`` if none); EOFError at end."""
+        with self._lock:
+            out = self._drain()
+            if out:
+                return out
+            if self._eof:
+                raise EOFError("exec process ended")
+            deadline = time.monotonic() + max(0.0, timeout)
+            while True:
+                left = deadline - time.monotonic()
+                ready, _, _ = select.select([self._sock], [], [], max(0.0, left))
+                if not ready:
+                    return b""
+                try:
+                    chunk = self._sock.recv(1 << 16)
+                except (ConnectionResetError, OSError):
+                    chunk = b""
+                if not chunk:
+                    self._eof = True
+                    out = self._drain()
+                    if out:
+                        return out
+                    raise EOFError("exec process ended")
+                self._buf += chunk
+                out = self._drain()
+                if out:
+                    return out
+                if time.monotonic() >= deadline:
+                    return b""
+
+    def _drain(self) -> bytes:
+        parts = []
+        buf = self._buf
+        while len(buf) >= 8:
+            (size,) = struct.unpack(">L", buf[4:8])
+            if len(buf) < 8 + size:
+                break
+            parts.append(buf[8 : 8 + size])
+            buf = buf[8 + size :]
+        self._buf = buf
+        return b"".join(parts)
+
+    def pid(self) -> int | None:
+        """The exec'd process's pid as the daemon's host sees it (None once it exited)."""
+        try:
+            return self.api.exec_inspect(self.exec_id).get("Pid") or None
+        except Exception:
+            return None
+
+    def exit_code(self) -> int | None:
+        try:
+            return self.api.exec_inspect(self.exec_id).get("ExitCode")
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        for f in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close, self._keep.close):
+            try:
+                f()
+            except OSError:
+                pass
+
+
+def _transient(exc: BaseException) -> bool:
+    import docker.errors
+
+    if is_connection_error(exc):
+        return True
+    if isinstance(exc, docker.errors.APIError):
+        code = exc.status_code or 0
+        text = str(exc).lower()
+        return code == 429 or (code >= 500 and "no such image" not in text) or "timeout" in text
+    return False
+
+
+class DockerSandbox:
+    """A task's repository in a fresh container with a persistent bash session. See module doc."""
+
+    workdir = WORKDIR
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        image: str | None = None,
+        pull_policy: str = "if-missing",
+        network: bool = False,
+        memory_mb: int = 2048,
+        cpus: float = 1.0,
+        pids_limit: int = 256,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        labels: dict[str, str] | None = None,
+        client: Any = None,
+        run_id: str | None = None,
+        build: bool = True,
+    ):
+        if pull_policy not in PULL_POLICIES:
+            raise unknown_choice("pull_policy", pull_policy, PULL_POLICIES)
+        for name, value, low in (("memory_mb", memory_mb, 16), ("pids_limit", pids_limit, 8)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not cpus > 0:
+            raise ValueError(f"cpus must be > 0, got {cpus!r}")
+        if not command_timeout > 0:
+            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout!r}")
+        self.task = task
+        self.image = image
+        self.pull_policy = pull_policy
+        self.network = network
+        self.memory_mb = memory_mb
+        self.cpus = cpus
+        self.pids_limit = pids_limit
+        self.command_timeout = command_timeout
+        self.output_limit = output_limit
+        self.build = build
+        self.run_id = run_id or DEFAULT_RUN_ID
+        self.episode_id = uuid.uuid4().hex[:12]
+        self.labels = {
+            LABEL_OWNER: OWNER,
+            LABEL_RUN: self.run_id,
+            LABEL_EPISODE: self.episode_id,
+            LABEL_TASK: task.instance_id,
+            **(labels or {}),
+        }
+        self._client = client
+        self.container: Any = None
+        self._session: Any = None
+        self._oom_kills = 0
+        self._closed = False
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = get_client()
+        return self._client
+
+    def start(self) -> None:
+        """Resolve the image, start the container, open the shell. Raises SandboxUnavailable
+        when the daemon or the image is missing, SandboxError when the container will not run."""
+        with self._lock:
+            if self.container is not None:
+                return
+            self._closed = False
+            image = ensure_image(
+                self.task, image=self.image, pull_policy=self.pull_policy, build=self.build,
+                client=self.client,
+            )
+            self.image = image
+            with _start_slots:
+                self.container = self._create_with_retries(image)
+            try:
+                self._open_session()
+            except BaseException:
+                self.close()
+                raise
+
+    def _create_with_retries(self, image: str) -> Any:
+        import docker.errors
+
+        delay = 0.2
+        last: BaseException | None = None
+        for attempt in range(START_ATTEMPTS):
+            labels = {**self.labels, LABEL_STARTED: f"{time.time():.3f}"}
+            name = f"swe-gym-{self.episode_id}-{attempt}"
+            try:
+                return self.client.containers.run(
+                    image,
+                    ["sleep", "infinity"],
+                    name=name,
+                    detach=True,
+                    init=True,  # reaps orphans (zombies would count against the pids limit)
+                    working_dir=self.workdir,
+                    network_mode="bridge" if self.network else "none",
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    pids_limit=self.pids_limit,
+                    mem_limit=f"{self.memory_mb}m",
+                    memswap_limit=f"{self.memory_mb}m",  # no swap: a hog is OOM-killed, not paged
+                    nano_cpus=int(self.cpus * 1e9),
+                    labels=labels,
+                    environment={"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"},
+                )
+            except docker.errors.ImageNotFound as e:
+                raise SandboxUnavailable(f"image {image!r} not found on the daemon: {e}") from None
+            except Exception as e:
+                last = e
+                self._remove_by_name(name)  # a create that half-succeeded
+                if not _transient(e):
+                    break
+                time.sleep(delay)
+                delay *= 2
+        if last is not None and is_connection_error(last):
+            raise unavailable(docker_host(), last) from None
+        raise SandboxError(
+            f"could not start a container from {image!r} for task {self.task.instance_id!r} "
+            f"after {attempt + 1} attempt(s): {last}"
+        )
+
+    def _remove_by_name(self, name: str) -> None:
+        try:
+            self.client.api.remove_container(name, force=True)
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        """Remove the container (force). Idempotent; safe after any exception, also mid-start."""
+        with self._lock:
+            self._closed = True
+            session, self._session = self._session, None
+            container, self.container = self.container, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception:
+                pass
+        if container is not None:
+            import docker.errors
+
+            for _ in range(3):
+                try:
+                    container.remove(force=True)
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as e:
+                    if "already in progress" in str(e):
+                        break
+                    time.sleep(0.2)
+                except Exception:
+                    time.sleep(0.2)  # the daemon blinked; the reaper catches what this misses
+
+    def __enter__(self) -> DockerSandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------------- shell
+
+    def _spawn_stream(self) -> DockerExecStream:
+        try:
+            return DockerExecStream(
+                self.client.api, self.container.id, ["bash", "--noprofile", "--norc"], self.workdir
+            )
+        except Exception as e:
+            raise self._container_gone(e) from None
+
+    def _open_session(self) -> None:
+        from swe_gym.sandbox.shell import ShellSession
+
+        self._session = ShellSession(
+            self._spawn_stream,
+            kill_group=self._kill_group,
+            output_limit=self.output_limit,
+            default_timeout=self.command_timeout,
+        )
+
+    def _kill_group(self, pgid: int) -> bool:
+        """SIGKILL a process group inside the container with a second exec. False if impossible."""
+        try:
+            r = self.container.exec_run(["kill", "-KILL", "--", f"-{pgid}"], demux=False)
+            return r.exit_code == 0
+        except Exception:
+            return False
+
+    def _require(self) -> None:
+        if self._closed or self.container is None:
+            raise SandboxError(
+                f"sandbox for {self.task.instance_id!r} is {'closed' if self._closed else 'not started'}; "
+                "call start() first"
+            )
+
+    def _container_gone(self, cause: object) -> SandboxError:
+        """A clear error when the container stopped or vanished under us."""
+        import docker.errors
+
+        if is_connection_error(cause):  # type: ignore[arg-type]
+            return unavailable(docker_host(), cause)
+        state = "removed"
+        try:
+            self.container.reload()
+            s = self.container.attrs.get("State", {})
+            state = f"{s.get('Status')} (exit code {s.get('ExitCode')}, OOMKilled={s.get('OOMKilled')})"
+            if s.get("Running"):
+                return SandboxError(f"container {self.container.name} is running but the shell failed: {cause}")
+        except docker.errors.NotFound:
+            pass
+        except Exception as e:
+            if is_connection_error(e):
+                return unavailable(docker_host(), e)
+        return SandboxError(
+            f"container {getattr(self.container, 'name', '?')} for task {self.task.instance_id!r} was "
+            f"stopped or removed from outside the sandbox (state: {state}); this episode cannot "
+            f"continue: close it and start a new sandbox (env.reset())"
+        )
+
+    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` in the persistent shell; never raises for a failing command."""
+        self._require()
+        try:
+            result = self._session.run(command, timeout=timeout or self.command_timeout)
+        except SandboxError:
+            raise
+        except Exception as e:
+            raise self._container_gone(e) from None
+        if result.exit_code == 137 or result.restarted or result.timed_out:
+            self._note_oom(result)
+        if result.timed_out or "Resource temporarily unavailable" in result.output:
+            self._recover_pids(result)
+        return result
+
+    def _oom_kill_count(self) -> int | None:
+        """The container cgroup's OOM-kill counter (v1 memory.oom_control, v2 memory.events)."""
+        try:
+            r = self.container.exec_run(
+                ["sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null "
+                 "|| cat /sys/fs/cgroup/memory/memory.oom_control"],
+            )
+        except Exception:
+            return None
+        for line in r.output.decode(errors="replace").splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill" and v.strip().isdigit():
+                return int(v)
+        return None
+
+    def _note_oom(self, result: CommandResult) -> None:
+        n = self._oom_kill_count()
+        if n is not None and n > self._oom_kills:
+            self._oom_kills = n
+            result.oom_killed = True
+            result.output += OOM_MESSAGE.format(mb=self.memory_mb)
+
+    def _pids_current(self) -> int | None:
+        try:
+            st = self.client.api.stats(self.container.id, stream=False, one_shot=True)
+            return int(st.get("pids_stats", {}).get("current"))
+        except Exception:
+            return None
+
+    def _recover_pids(self, result: CommandResult) -> None:
+        """At the pids limit nothing new can run (not even our kill exec): kill every process by
+        restarting the container (its files stay) and open a fresh shell."""
+        cur = self._pids_current()
+        if cur is None or cur < self.pids_limit - 2:
+            return
+        try:
+            if self._session is not None:
+                self._session.close()
+            self.container.kill()
+            self.container.start()
+            self._open_session()
+        except Exception as e:
+            raise self._container_gone(e) from None
+        result.restarted = True
+        result.output += PIDS_MESSAGE.format(n=self.pids_limit)
+
+    # ---------------------------------------------------------------------------------- files
+
+    def _abs(self, path: str) -> str:
+        return posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
+        import docker.errors
+
+        self._require()
+        p = self._abs(path)
+        try:
+            stream, stat = self.client.api.get_archive(self.container.id, p)
+            data = b"".join(stream)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"{p} does not exist in the sandbox") from None
+        except Exception as e:
+            raise self._container_gone(e) from None
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                kind = "a directory" if member is not None and member.isdir() else "not a regular file"
+                raise IsADirectoryError(f"{p} is {kind}")
+            f = tar.extractfile(member)
+            return f.read() if f else b""
+
+    def _stat(self, p: str) -> dict[str, Any] | None:
+        res = self.client.api.head(
+            self.client.api._url("/containers/{0}/archive", self.container.id), params={"path": p}
+        )
+        if res.status_code != 200:
+            return None
+        header = res.headers.get("X-Docker-Container-Path-Stat")
+        return json.loads(base64.b64decode(header)) if header else None
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write ``path`` (parents created; an existing file keeps its mode)."""
+        self._require()
+        p = self._abs(path)
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        parent, name = posixpath.split(p)
+        try:
+            st = self._stat(p)
+            mode = (st["mode"] & 0o7777) if st and st.get("mode") is not None else 0o644
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                info = tarfile.TarInfo(name)
+                info.size = len(raw)
+                info.mode = mode
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(raw))
+            ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
+            if not ok:
+                raise SandboxError(f"writing {p} failed")
+        except Exception as e:
+            import docker.errors
+
+            if isinstance(e, docker.errors.NotFound) and self._mkdir(parent):
+                self.client.api.put_archive(self.container.id, parent, buf.getvalue())
+                return
+            if isinstance(e, SandboxError):
+                raise
+            raise self._container_gone(e) from None
+
+    def _mkdir(self, path: str) -> bool:
+        try:
+            return self.container.exec_run(["mkdir", "-p", "--", path]).exit_code == 0
+        except Exception:
+            return False
+
+    def diff(self) -> str:
+        """``git diff`` against ``base_commit`` with new (untracked, not ignored) files included.
+        Uses a throwaway index, so the agent's own staging is left untouched."""
+        self._require()
+        base = self.task.base_commit
+        script = (
+            "set -e; idx=$(mktemp); trap 'rm -f \"$idx\"' EXIT; "
+            "if [ -f .git/index ]; then cp .git/index \"$idx\"; else rm -f \"$idx\"; fi; "
+            "export GIT_INDEX_FILE=$idx; git add -A; "
+            f"git -c core.fileMode=false diff --no-color --cached {base}"
+        )
+        try:
+            r = self.container.exec_run(["bash", "-c", script], workdir=self.workdir, demux=True)
+        except Exception as e:
+            raise self._container_gone(e) from None
+        out, err = r.output
+        if r.exit_code != 0:
+            raise SandboxError(
+                f"git diff in {self.workdir} failed (exit {r.exit_code}): "
+                f"{(err or b'').decode(errors='replace')[-2000:]}"
+            )
+        return (out or b"").decode("utf-8", errors="replace")
