@@ -231,8 +231,13 @@ class Learner:
             autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
         )
         lp_rows, ent_rows = out if with_entropy else (out, None)
-        lp = lp_rows.reshape(-1)[mb.gather_index]
-        ent = ent_rows.reshape(-1)[mb.gather_index] if ent_rows is not None else None
+        # position 0 of a packed sequence holds the previous sequence's prediction: zero it
+        first = torch.zeros_like(mb.gather_index, dtype=torch.bool)
+        first[:, 0] = True
+        lp = lp_rows.reshape(-1)[mb.gather_index].masked_fill(first, 0.0)
+        ent = None
+        if ent_rows is not None:
+            ent = ent_rows.reshape(-1)[mb.gather_index].masked_fill(first, 0.0)
         return lp, ent
 
     @torch.no_grad()

@@ -1,0 +1,291 @@
+"""The learner on a tiny random Llama (built from a config, nothing downloaded)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from algos.data import Sample, pack_samples, pad_samples
+from algos.learner import Learner, LearnerConfig, LRSchedule
+from algos.logprobs import model_token_logprobs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tiny_llama(seed: int = 0, attn: str = "sdpa", tied: bool = False) -> LlamaForCausalLM:
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                      max_position_embeddings=512, tie_word_embeddings=tied)
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
+
+
+def make_samples(n: int, lo: int = 6, hi: int = 40, seed: int | None = None) -> list[Sample]:
+    """Random trajectories: prompt (mask 0), then action tokens (mask 1) with an observation
+    (mask 0) in between. Uses the global torch RNG unless a seed is given."""
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    out = []
+    for i in range(n):
+        length = int(torch.randint(lo, hi + 1, (1,), generator=g))
+        ids = torch.randint(0, 128, (length,), generator=g).tolist()
+        mask = [0] * length
+        for t in range(length // 3, length):
+            mask[t] = 0 if t % 5 == 0 else 1
+        old = [(-4.85 + 0.3 * float(torch.rand(1, generator=g))) * m for m in mask]
+        adv = float(torch.randn(1, generator=g))
+        out.append(Sample(ids, mask, old_logprobs=old, advantage=adv, sample_id=i))
+    return out
+
+
+def params_close(a: torch.nn.Module, b: torch.nn.Module, atol: float) -> float:
+    worst = 0.0
+    for (_, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        worst = max(worst, (p - q).abs().max().item())
+    assert worst <= atol, f"max parameter difference {worst} > {atol}"
+    return worst
+
+
+# ---------------------------------------------------------------- Sample and packing
+
+
+def test_sample_validation():
+    with pytest.raises(ValueError, match="loss_mask has 2 entries"):
+        Sample([1, 2, 3], [0, 1])
+    with pytest.raises(ValueError, match=r"loss_mask\[0\] must be 0"):
+        Sample([1, 2], [1, 1])
+    with pytest.raises(ValueError, match="advantage has 1 entries"):
+        Sample([1, 2], [0, 1], advantage=[0.5])
+    assert Sample([1, 2, 3], [0, 1, 1], advantage=[0.0, 1.0, 2.0]).num_loss_tokens == 2
+
+
+def test_packing_respects_budget_and_keeps_every_sample_once():
+    samples = make_samples(20, seed=1)
+    batches = pack_samples(samples, micro_batch_tokens=64)
+    seen = sorted(i for mb in batches for i in mb.sample_indices)
+    assert seen == list(range(20))
+    for mb in batches:
+        assert mb.input_ids.shape[0] == 1 and mb.num_tokens <= 64
+        assert mb.num_real_tokens == mb.num_tokens  # no padding in packed rows
+    # an over-budget sequence gets a micro-batch of its own
+    big = pack_samples(make_samples(3, lo=30, hi=30, seed=2), micro_batch_tokens=10)
+    assert [mb.num_tokens for mb in big] == [30, 30, 30]
+    padded = pad_samples(samples, micro_batch_tokens=64)
+    assert sum(mb.num_tokens for mb in padded) > sum(len(s) for s in samples)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_logprobs_equal_unpacked(attn):
+    model = tiny_llama(attn=attn)
+    samples = make_samples(6, seed=3)
+    learner = Learner(model, LearnerConfig(micro_batch_tokens=10_000, loss="sft"))
+    assert len(pack_samples(samples, 10_000)) == 1  # all six share one row
+    packed = learner.compute_logprobs(samples)
+    learner.config.packing = False
+    padded = learner.compute_logprobs(samples)
+    model.eval()
+    for s, got, got_pad in zip(samples, packed, padded, strict=True):
+        with torch.no_grad():
+            alone = model_token_logprobs(model, torch.tensor([s.input_ids]))[0]
+        torch.testing.assert_close(torch.tensor(got), alone, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(got_pad), alone, atol=2e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- the update
+
+
+@pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_one_vs_eight_micro_batches_same_update(agg_mode):
+    samples = make_samples(16, seed=4)
+    base = tiny_llama()
+    results = []
+    for budget in (100_000, 46):
+        model = copy.deepcopy(base)
+        cfg = LearnerConfig(lr=1e-3, micro_batch_tokens=budget, agg_mode=agg_mode, loss="dapo")
+        learner = Learner(model, cfg)
+        m1 = learner.train_step(samples)
+        m2 = learner.train_step(samples)
+        results.append((model, m1, m2))
+    (one, a1, a2), (eight, b1, b2) = results
+    assert a1["micro_batches"] == 1 and b1["micro_batches"] == 8
+    assert math.isclose(a1["loss"], b1["loss"], rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(a1["grad_norm"], b1["grad_norm"], rel_tol=1e-5)
+    params_close(one, eight, atol=2e-6)
+    assert params_close(one, base, atol=1.0) > 1e-4  # and the step did move the weights
+
+
+def test_grad_checkpointing_gives_the_same_update_and_bf16_runs():
+    samples = make_samples(4, seed=5)
+    base = tiny_llama()
+    plain, ckpt = copy.deepcopy(base), copy.deepcopy(base)
+    Learner(plain, LearnerConfig(lr=1e-3)).train_step(samples)
+    Learner(ckpt, LearnerConfig(lr=1e-3, grad_checkpointing=True)).train_step(samples)
+    params_close(plain, ckpt, atol=1e-6)
+    bf = copy.deepcopy(base)
+    learner = Learner(bf, LearnerConfig(lr=1e-3, bf16=True, log_entropy=True))
+    m = learner.train_step(samples)
+    assert m["skipped"] == 0 and math.isfinite(m["loss"]) and 0 < m["entropy"] < math.log(128) + 0.1
+    assert bf.model.embed_tokens.weight.dtype == torch.float32  # autocast, not a cast
+
+
+def test_sft_lowers_nll_on_its_data():
+    samples = make_samples(4, seed=6)
+    learner = Learner(tiny_llama(), LearnerConfig(lr=3e-3, loss="sft", weight_decay=0.0))
+    first = learner.train_step(samples)["nll"]
+    for _ in range(5):
+        last = learner.train_step(samples)["nll"]
+    assert last < first - 0.1
+
+
+def test_kl_uses_reference_model_and_requires_one():
+    samples = make_samples(4, seed=7)
+    model = tiny_llama()
+    cfg = LearnerConfig(lr=1e-3, loss="grpo", kl_coef=0.1, agg_mode="seq-mean-token-mean")
+    learner = Learner(model, cfg, ref_model=copy.deepcopy(model))
+    m = learner.train_step(samples)
+    assert abs(m["kl"]) < 1e-6  # policy == reference at the first step
+    learner.train_step(samples)
+    assert learner.train_step(samples)["kl"] > 1e-7  # and diverges once trained
+    with pytest.raises(ValueError, match="ref_model"):
+        Learner(tiny_llama(), cfg).train_step(samples)
+    with pytest.raises(ValueError, match="old_logprobs"):
+        Learner(tiny_llama(), LearnerConfig()).train_step([Sample([1, 2, 3], [0, 1, 1])])
+
+
+def test_nan_loss_skips_the_step_and_training_goes_on():
+    model = tiny_llama()
+    before = copy.deepcopy(model)
+    learner = Learner(model, LearnerConfig(lr=1e-3))
+    bad = make_samples(4, seed=8)
+    bad[2].advantage = float("nan")
+    m = learner.train_step(bad)
+    assert m["skipped"] == 1 and m["skipped_steps"] == 1 and learner.step == 0
+    params_close(model, before, atol=0.0)
+    m = learner.train_step(make_samples(4, seed=8))
+    assert m["skipped"] == 0 and learner.step == 1 and m["skipped_steps"] == 1
+
+
+def test_lr_schedule_and_config_errors():
+    sched = LRSchedule(warmup_steps=2, schedule="cosine", total_steps=6, min_lr_ratio=0.0)
+    want = [0.5, 1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4)), 0.0]
+    assert [round(sched(k), 6) for k in range(7)] == [round(w, 6) for w in want]
+    learner = Learner(tiny_llama(), LearnerConfig(lr=1e-2, warmup_steps=2, schedule="cosine",
+                                                  total_steps=6))
+    lrs = [learner.train_step(make_samples(2, seed=9))["lr"] for _ in range(4)]
+    assert lrs == pytest.approx([1e-2 * w for w in want[:4]])
+    with pytest.raises(ValueError, match="total_steps"):
+        LearnerConfig(schedule="cosine")
+    with pytest.raises(ValueError, match="Did you mean 'dapo'"):
+        LearnerConfig(loss="dapoo")
+    with pytest.raises(ValueError, match="token-mean"):
+        LearnerConfig(agg_mode="token_mean")
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _cfg() -> LearnerConfig:
+    return LearnerConfig(lr=1e-3, micro_batch_tokens=120, warmup_steps=1, schedule="cosine",
+                         total_steps=10)
+
+
+def test_resume_from_checkpoint_matches_uninterrupted(tmp_path):
+    torch.manual_seed(123)
+    ref = Learner(tiny_llama(), _cfg())
+    for _ in range(4):
+        ref.train_step(make_samples(6))  # batches drawn from the global RNG
+
+    torch.manual_seed(123)
+    first = Learner(tiny_llama(), _cfg())
+    for _ in range(2):
+        first.train_step(make_samples(6))
+    first.save_checkpoint(tmp_path / "ckpt", extra_state={"sampler": {"cursor": 12}})
+    del first
+    torch.manual_seed(999)  # a different process state: other init, other RNG position
+    resumed = Learner(tiny_llama(seed=5), _cfg())
+    extra = resumed.load_checkpoint(tmp_path / "ckpt")
+    assert extra == {"sampler": {"cursor": 12}} and resumed.step == 2
+    for _ in range(2):
+        resumed.train_step(make_samples(6))
+    params_close(ref.model, resumed.model, atol=0.0)
+    # the directory is a Hugging Face model directory
+    hf = LlamaForCausalLM.from_pretrained(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "model.safetensors").exists()
+    assert hf.model.norm.weight.shape == (32,)
+
+
+def test_tied_embeddings_checkpoint_roundtrip(tmp_path):
+    learner = Learner(tiny_llama(tied=True), LearnerConfig(lr=1e-3))
+    learner.train_step(make_samples(2, seed=10))
+    learner.save_checkpoint(tmp_path / "c")
+    other = Learner(tiny_llama(seed=3, tied=True), LearnerConfig(lr=1e-3))
+    other.load_checkpoint(tmp_path / "c")
+    params_close(learner.model, other.model, atol=0.0)
+    assert other.model.lm_head.weight is other.model.model.embed_tokens.weight
+
+
+SCRIPT = textwrap.dedent("""
+    import os, signal, sys, torch
+    sys.path.insert(0, {tests!r})
+    torch.set_num_threads(1)
+    from test_learner import tiny_llama, make_samples, _cfg
+    from algos.learner import Learner
+    mode, ckpt, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    torch.manual_seed(123)
+    learner = Learner(tiny_llama(), _cfg())
+    if mode == "resume":
+        torch.manual_seed(7)
+        learner = Learner(tiny_llama(seed=9), _cfg())
+        assert learner.load_checkpoint(ckpt) == {{"cursor": learner.step}}
+    while learner.step < 4:
+        learner.train_step(make_samples(6))
+        if mode == "killed" and learner.step == 3:
+            real = learner.model.save_pretrained
+            def dying_save(path, **kw):  # die half-way through writing step 3's checkpoint
+                real(path, **kw)
+                os.kill(os.getpid(), signal.SIGKILL)
+            learner.model.save_pretrained = dying_save
+        if mode != "reference":
+            learner.save_checkpoint(ckpt, extra_state={{"cursor": learner.step}})
+    torch.save(learner.model.state_dict(), out)
+""")
+
+
+def test_killed_process_resumes_from_last_complete_checkpoint(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent)))
+    ckpt = tmp_path / "ckpt"
+
+    def start(mode: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), mode, str(ckpt),
+                                 str(tmp_path / f"{mode}.pt")], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def run(mode: str) -> subprocess.CompletedProcess:
+        proc = start(mode)
+        out, err = proc.communicate(timeout=300)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    reference = start("reference")  # uninterrupted 4 steps, in parallel (no checkpoints)
+    killed = run("killed")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (tmp_path / "killed.pt").exists()
+    assert any(p.name.startswith(".ckpt.tmp-") for p in tmp_path.iterdir())  # the torn save
+    state = torch.load(ckpt / "learner_state.pt", weights_only=False)
+    assert state["step"] == 2  # the previous checkpoint survived the kill
+    resumed = run("resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _, err = reference.communicate(timeout=300)
+    assert reference.returncode == 0, err[-2000:]
+    got = torch.load(tmp_path / "resume.pt")
+    want = torch.load(tmp_path / "reference.pt")
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=0.0, rtol=0.0, msg=k)
