@@ -57,7 +57,8 @@ def find(
     out = []
     for c in found:
         try:
-            started = float(c.labels.get(LABEL_STARTED, "nan"))
+            # A sparse list entry has its labels in attrs["Labels"] (c.labels needs a reload).
+            started = float((c.attrs.get("Labels") or {}).get(LABEL_STARTED, "nan"))
         except ValueError:
             started = float("nan")
         # A container without a start label is reaped only when no age filter is asked for.

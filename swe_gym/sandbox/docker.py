@@ -373,6 +373,8 @@ class DockerSandbox:
 
         if is_connection_error(cause):  # type: ignore[arg-type]
             return unavailable(docker_host(), cause)
+        if self._closed or self.container is None:
+            return SandboxError(f"sandbox for {self.task.instance_id!r} was closed ({cause})")
         state = "removed"
         try:
             self.container.reload()
@@ -466,7 +468,9 @@ class DockerSandbox:
         try:
             stream, stat = self.client.api.get_archive(self.container.id, p)
             data = b"".join(stream)
-        except docker.errors.NotFound:
+        except docker.errors.NotFound as e:
+            if "no such container" in str(e).lower():
+                raise self._container_gone(e) from None
             raise FileNotFoundError(f"{p} does not exist in the sandbox") from None
         except Exception as e:
             raise self._container_gone(e) from None
@@ -509,7 +513,8 @@ class DockerSandbox:
         except Exception as e:
             import docker.errors
 
-            if isinstance(e, docker.errors.NotFound) and self._mkdir(parent):
+            gone = "no such container" in str(e).lower()
+            if isinstance(e, docker.errors.NotFound) and not gone and self._mkdir(parent):
                 self.client.api.put_archive(self.container.id, parent, buf.getvalue())
                 return
             if isinstance(e, SandboxError):
