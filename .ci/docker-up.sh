@@ -10,6 +10,8 @@
 #   SWE_GYM_DOCKER_PID    (default /var/run/swe-gym-docker.pid)
 #   SWE_GYM_DOCKER_LOG    (default /var/log/swe-gym-dockerd.log)
 #   SWE_GYM_DOCKER_WAIT   (default 60)                             seconds to wait until ready
+#   SWE_GYM_DOCKER_EXEC_ROOT (unset: dockerd's default)            set it to run a second daemon
+#                                                                  (its own containerd) beside one
 # Needs root (dockerd does). Progress goes to stderr; stdout carries only the export line.
 set -euo pipefail
 
@@ -18,6 +20,8 @@ ROOT="${SWE_GYM_DOCKER_ROOT:-/var/lib/swe-gym-docker}"
 PIDFILE="${SWE_GYM_DOCKER_PID:-/var/run/swe-gym-docker.pid}"
 LOG="${SWE_GYM_DOCKER_LOG:-/var/log/swe-gym-dockerd.log}"
 WAIT="${SWE_GYM_DOCKER_WAIT:-60}"
+EXTRA=()
+[[ -n "${SWE_GYM_DOCKER_EXEC_ROOT:-}" ]] && EXTRA=(--exec-root "$SWE_GYM_DOCKER_EXEC_ROOT")
 HOST="unix://${SOCK}"
 
 ready() {
@@ -47,7 +51,7 @@ else
     echo "docker-up: starting dockerd on $HOST (data root $ROOT, log $LOG)" >&2
     # setsid: the daemon outlives this shell and the test process that may have called us.
     setsid dockerd --host "$HOST" --bridge=none --iptables=false --ip-forward=false \
-        --data-root "$ROOT" --pidfile "$PIDFILE" >>"$LOG" 2>&1 </dev/null &
+        --data-root "$ROOT" --pidfile "$PIDFILE" "${EXTRA[@]}" >>"$LOG" 2>&1 </dev/null &
 fi
 
 deadline=$((SECONDS + WAIT))

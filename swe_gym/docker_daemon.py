@@ -53,8 +53,14 @@ def get_client(host: str | None = None, *, timeout: float = 120.0, check: bool =
                 client.ping()
         except Exception as e:  # the SDK raises DockerException / requests errors / FileNotFoundError
             raise unavailable(host, e) from None
+        client.swe_gym_host = host  # for error messages: the SDK keeps no readable URL
         _clients[host] = client
         return client
+
+
+def host_of(client: Any) -> str:
+    """The address ``client`` talks to (its ``get_client`` host, else ``docker_host()``)."""
+    return getattr(client, "swe_gym_host", None) or docker_host()
 
 
 def ping(host: str | None = None) -> bool:

@@ -35,7 +35,7 @@ import time
 import uuid
 from typing import Any
 
-from swe_gym.docker_daemon import docker_host, get_client, is_connection_error, unavailable
+from swe_gym.docker_daemon import get_client, host_of, is_connection_error, unavailable
 from swe_gym.errors import SandboxError, SandboxUnavailable, unknown_choice
 from swe_gym.images import PULL_POLICIES, WORKDIR, ensure_image
 from swe_gym.reap import LABEL_EPISODE, LABEL_OWNER, LABEL_RUN, LABEL_STARTED, LABEL_TASK, OWNER
@@ -237,10 +237,15 @@ class DockerSandbox:
             if self.container is not None:
                 return
             self._closed = False
-            image = ensure_image(
-                self.task, image=self.image, pull_policy=self.pull_policy, build=self.build,
-                client=self.client,
-            )
+            try:
+                image = ensure_image(
+                    self.task, image=self.image, pull_policy=self.pull_policy, build=self.build,
+                    client=self.client,
+                )
+            except Exception as e:
+                if is_connection_error(e):
+                    raise unavailable(host_of(self._client), e) from None
+                raise
             self.image = image
             with _start_slots:
                 self.container = self._create_with_retries(image)
@@ -286,7 +291,7 @@ class DockerSandbox:
                 time.sleep(delay)
                 delay *= 2
         if last is not None and is_connection_error(last):
-            raise unavailable(docker_host(), last) from None
+            raise unavailable(host_of(self._client), last) from None
         raise SandboxError(
             f"could not start a container from {image!r} for task {self.task.instance_id!r} "
             f"after {attempt + 1} attempt(s): {last}"
@@ -372,7 +377,7 @@ class DockerSandbox:
         import docker.errors
 
         if is_connection_error(cause):  # type: ignore[arg-type]
-            return unavailable(docker_host(), cause)
+            return unavailable(host_of(self._client), cause)
         if self._closed or self.container is None:
             return SandboxError(f"sandbox for {self.task.instance_id!r} was closed ({cause})")
         state = "removed"
@@ -386,7 +391,7 @@ class DockerSandbox:
             pass
         except Exception as e:
             if is_connection_error(e):
-                return unavailable(docker_host(), e)
+                return unavailable(host_of(self._client), e)
         return SandboxError(
             f"container {getattr(self.container, 'name', '?')} for task {self.task.instance_id!r} was "
             f"stopped or removed from outside the sandbox (state: {state}); this episode cannot "
