@@ -262,6 +262,11 @@ def validate_task_plain(task: Task, workdir: Path) -> PlainValidation:
                 )
                 return result
             setattr(result, attr, statuses)
+        # parse_log_pytest splits on whitespace: a parametrized id with a space in it comes
+        # out cut in two (unbalanced brackets), so such ids cannot be graded.
+        cut = sorted(t for t in {**result.before, **result.after} if t.count("[") != t.count("]"))
+        if cut:
+            result.problems.append(f"test ids with whitespace (give them ids=): {cut}")
         for t in task.FAIL_TO_PASS:
             if result.before.get(t) in PASSING:
                 result.problems.append(f"FAIL_TO_PASS {t} already passes before the gold patch")
