@@ -31,7 +31,7 @@ def docker_host() -> str:
 def unavailable(host: str, cause: object = None) -> SandboxUnavailable:
     msg = (
         f"Docker daemon not reachable at {host}; start it with .ci/docker-up.sh "
-        f"(eval \"$(.ci/docker-up.sh)\") or set DOCKER_HOST"
+        f'(eval "$(.ci/docker-up.sh)") or set DOCKER_HOST'
     )
     if cause is not None:
         msg += f" ({type(cause).__name__}: {str(cause)[:200]})"
@@ -51,7 +51,9 @@ def get_client(host: str | None = None, *, timeout: float = 120.0, check: bool =
             client = docker.DockerClient(base_url=host, timeout=timeout, max_pool_size=64)
             if check:
                 client.ping()
-        except Exception as e:  # the SDK raises DockerException / requests errors / FileNotFoundError
+        except (
+            Exception
+        ) as e:  # the SDK raises DockerException / requests errors / FileNotFoundError
             raise unavailable(host, e) from None
         client.swe_gym_host = host  # for error messages: the SDK keeps no readable URL
         _clients[host] = client
@@ -79,6 +81,8 @@ def is_connection_error(exc: BaseException) -> bool:
 
     if isinstance(exc, requests.exceptions.ConnectionError):
         return True
-    if isinstance(exc, docker.errors.DockerException) and not isinstance(exc, docker.errors.APIError):
+    if isinstance(exc, docker.errors.DockerException) and not isinstance(
+        exc, docker.errors.APIError
+    ):
         return "connection" in str(exc).lower()
     return isinstance(exc, (ConnectionError, FileNotFoundError))

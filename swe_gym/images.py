@@ -160,8 +160,13 @@ def apt_mirror(suite: str = DEFAULT_SUITE, sources_dir: str | os.PathLike = "/et
                         continue
                     k, _, v = line.partition(":")
                     fields[k.strip().lower()] = v.strip()
-                if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":
-                    entries.append((fields.get("uris", "").split(), fields.get("suites", "").split()))
+                if (
+                    "deb" in fields.get("types", "").split()
+                    and fields.get("enabled", "yes") != "no"
+                ):
+                    entries.append(
+                        (fields.get("uris", "").split(), fields.get("suites", "").split())
+                    )
         elif f.suffix == ".list":
             for line in text.splitlines():
                 parts = line.split("#", 1)[0].split()
@@ -255,7 +260,11 @@ def _debootstrap(suite: str, packages: Sequence[str], mirror: str, tarball: Path
         with log_path.open("wb") as out:
             rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=1800).returncode
         if rc != 0:
-            raise BuildError(base_tag(suite), _tail(log_path.read_text(errors="replace")), f"debootstrap exit {rc}")
+            raise BuildError(
+                base_tag(suite),
+                _tail(log_path.read_text(errors="replace")),
+                f"debootstrap exit {rc}",
+            )
         # Package caches are dead weight in every image built from this one.
         for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for p in (rootfs / sub).glob("*"):
@@ -263,7 +272,9 @@ def _debootstrap(suite: str, packages: Sequence[str], mirror: str, tarball: Path
                     p.unlink()
         part = tarball.with_suffix(".part")
         subprocess.run(
-            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(part), "."], check=True, timeout=600
+            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(part), "."],
+            check=True,
+            timeout=600,
         )
         part.replace(tarball)
     finally:
@@ -319,26 +330,32 @@ def _shell_quote(s: str) -> str:
 
 def _env_dockerfile(recipe: Recipe) -> str:
     env = recipe.env
-    lines = [f"FROM {recipe.base}", "SHELL [\"/bin/bash\", \"-o\", \"pipefail\", \"-c\"]"]
+    lines = [f"FROM {recipe.base}", 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]']
     py = str(env.get("python", "")).strip()
     if py:
         # The base has Debian's python3; a recipe that asks for another one is recorded and
         # checked loudly rather than silently ignored (no conda without network here).
         lines.append(
             f"RUN have=$(python3 -c 'import sys;print(\"%d.%d\"%sys.version_info[:2])'); "
-            f"if [ \"$have\" != {_shell_quote(py)} ]; then echo \"note: recipe asks for python "
-            f"{py}, the image has $have\"; fi"
+            f'if [ "$have" != {_shell_quote(py)} ]; then echo "note: recipe asks for python '
+            f'{py}, the image has $have"; fi'
         )
     for k, v in (env.get("env_vars") or {}).items():
         lines.append(f"ENV {k}={json.dumps(str(v))}")
     pkgs = env.get("packages")
-    if isinstance(pkgs, str) and pkgs.strip() and pkgs.strip() not in ("requirements.txt", "environment.yml"):
+    if (
+        isinstance(pkgs, str)
+        and pkgs.strip()
+        and pkgs.strip() not in ("requirements.txt", "environment.yml")
+    ):
         lines.append(f"RUN {_pip_step(pkgs.split())}")
     elif isinstance(pkgs, list) and pkgs:
         lines.append(f"RUN {_pip_step([str(p) for p in pkgs])}")
     pip = env.get("pip_packages")
     if pip:
-        lines.append(f"RUN {_pip_step(pip.split() if isinstance(pip, str) else [str(p) for p in pip])}")
+        lines.append(
+            f"RUN {_pip_step(pip.split() if isinstance(pip, str) else [str(p) for p in pip])}"
+        )
     lines.append(f"LABEL owner={LABEL_OWNER} swe-gym.layer=env")
     return "\n".join(lines) + "\n"
 
@@ -347,7 +364,7 @@ def _instance_dockerfile(env_tag: str, recipe: Recipe, task: Task) -> str:
     inst = recipe.instance
     lines = [
         f"FROM {env_tag}",
-        "SHELL [\"/bin/bash\", \"-o\", \"pipefail\", \"-c\"]",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
         f"COPY testbed {WORKDIR}",
         f"WORKDIR {WORKDIR}",
         # git refuses to work in a repository owned by another uid without this.
@@ -428,7 +445,9 @@ def _docker_build(
                     lines.extend(chunk["stream"].rstrip("\n").splitlines())
                 if "error" in chunk:
                     lines.append(chunk["error"].rstrip())
-                    raise BuildError(tag, _tail("\n".join(lines)), chunk["error"].strip().splitlines()[0])
+                    raise BuildError(
+                        tag, _tail("\n".join(lines)), chunk["error"].strip().splitlines()[0]
+                    )
         except docker.errors.APIError as e:
             lines.append(str(e))
             raise BuildError(tag, _tail("\n".join(lines)), str(e)) from None
@@ -456,7 +475,9 @@ def _testbed_context(task: Task, dest: Path) -> Path:
             timeout=600,
         )
         if r.returncode != 0:
-            raise ImageError(f"git {' '.join(args)} failed for {task.instance_id}: {r.stderr.strip()[-2000:]}")
+            raise ImageError(
+                f"git {' '.join(args)} failed for {task.instance_id}: {r.stderr.strip()[-2000:]}"
+            )
         return r.stdout
 
     git("clone", "--quiet", "--no-checkout", "--no-hardlinks", str(src), str(out))
@@ -488,7 +509,9 @@ def build_instance(
         if base == base_tag():
             build_base(client)
         else:
-            raise ImageError(f"base image {base!r} not found; build it with: python -m swe_gym.images base --tag {base}")
+            raise ImageError(
+                f"base image {base!r} not found; build it with: python -m swe_gym.images base --tag {base}"
+            )
     recipe = recipe_for(task, base)
     env_tag = recipe.env_tag
     with _tag_lock(env_tag):
@@ -502,7 +525,11 @@ def build_instance(
             with tempfile.TemporaryDirectory(prefix="swe-gym-ctx-") as tmp:
                 testbed = _testbed_context(task, Path(tmp))
                 _docker_build(
-                    client, tag, _instance_dockerfile(env_tag, recipe, task), {"testbed": testbed}, network
+                    client,
+                    tag,
+                    _instance_dockerfile(env_tag, recipe, task),
+                    {"testbed": testbed},
+                    network,
                 )
     return tag
 
@@ -558,7 +585,9 @@ def pull(client: Any, name: str, *, attempts: int = 4, max_wait: float = 8.0) ->
                 client.images.pull(repo, tag=tag)
     except RetryError as e:
         last = e.last_attempt.exception()
-        raise ImageError(f"pulling image {name!r} failed after {attempts} attempts: {last}") from None
+        raise ImageError(
+            f"pulling image {name!r} failed after {attempts} attempts: {last}"
+        ) from None
     except Exception as e:  # a permanent error: no retries
         raise ImageError(f"pulling image {name!r} failed: {e}") from None
 
@@ -656,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m swe_gym.images",
         description=(
-            "Docker images for swe_gym tasks. Start the daemon first: eval \"$(.ci/docker-up.sh)\". "
+            'Docker images for swe_gym tasks. Start the daemon first: eval "$(.ci/docker-up.sh)". '
             "'base' makes the Debian base image (debootstrap from this machine's apt mirror, about "
             "a minute the first time, seconds from the cached tarball); 'build' resolves or builds "
             "every task's image; 'resolve' prints the image each task would use."
@@ -670,7 +699,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--mirror", default=None, help="Debian mirror URI (default: from apt sources)")
     for name in ("build", "resolve"):
         p = sub.add_parser(name, help=f"{name} the image of each task")
-        p.add_argument("--tasks", default="starter", help="task source for load_tasks (default: starter)")
+        p.add_argument(
+            "--tasks", default="starter", help="task source for load_tasks (default: starter)"
+        )
         p.add_argument("--ids", nargs="*", default=None, help="only these instance ids")
         p.add_argument("--pull-policy", default="if-missing", choices=PULL_POLICIES)
         if name == "build":
@@ -680,7 +711,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.cmd == "base":
-            print(build_base(suite=args.suite, tag=args.tag, rebuild=args.rebuild, mirror=args.mirror))
+            print(
+                build_base(suite=args.suite, tag=args.tag, rebuild=args.rebuild, mirror=args.mirror)
+            )
             return 0
         tasks = _load(args.tasks, args.ids)
         failed = 0

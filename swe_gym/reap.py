@@ -36,12 +36,18 @@ def parse_duration(text: str) -> float:
         return float(s)
     parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", s)
     if not parts or "".join(n + u for n, u in parts) != s:
-        raise ValueError(f"bad duration {text!r}; accepted: seconds or e.g. 90s, 15m, 1h, 2d, 1h30m")
+        raise ValueError(
+            f"bad duration {text!r}; accepted: seconds or e.g. 90s, 15m, 1h, 2d, 1h30m"
+        )
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
 def find(
-    client: Any = None, *, owner: str = OWNER, older_than_s: float | None = None, run_id: str | None = None
+    client: Any = None,
+    *,
+    owner: str = OWNER,
+    older_than_s: float | None = None,
+    run_id: str | None = None,
 ) -> list[Any]:
     """Containers (running or not) with these labels, optionally started before now - older_than_s."""
     from swe_gym.docker_daemon import get_client
@@ -96,7 +102,9 @@ def reap(
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m swe_gym.reap", description=__doc__.split("\n\n")[0])
-    p.add_argument("--older-than", default=None, help="only containers older than this (90s, 15m, 1h, 2d)")
+    p.add_argument(
+        "--older-than", default=None, help="only containers older than this (90s, 15m, 1h, 2d)"
+    )
     p.add_argument("--run-id", default=None, help="only this run's containers (label swe-gym.run)")
     p.add_argument("--owner", default=OWNER, help="owner label (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="count, do not remove")

@@ -65,12 +65,24 @@ class DockerExecStream:
     it raises ``EOFError`` once the process has exited and its output is drained.
     """
 
-    def __init__(self, api: Any, container_id: str, cmd: list[str], workdir: str | None = None,
-                 environment: dict[str, str] | None = None):
+    def __init__(
+        self,
+        api: Any,
+        container_id: str,
+        cmd: list[str],
+        workdir: str | None = None,
+        environment: dict[str, str] | None = None,
+    ):
         self.api = api
         self.exec_id = api.exec_create(
-            container_id, cmd, stdin=True, stdout=True, stderr=True, tty=False,
-            workdir=workdir, environment=environment,
+            container_id,
+            cmd,
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            workdir=workdir,
+            environment=environment,
         )["Id"]
         sock = api.exec_start(self.exec_id, socket=True)
         # docker-py wraps the socket in SocketIO for unix sockets (``_sock``), or returns it raw.
@@ -146,7 +158,11 @@ class DockerExecStream:
             return None
 
     def close(self) -> None:
-        for f in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close, self._keep.close):
+        for f in (
+            lambda: self._sock.shutdown(socket.SHUT_RDWR),
+            self._sock.close,
+            self._keep.close,
+        ):
             try:
                 f()
             except OSError:
@@ -239,7 +255,10 @@ class DockerSandbox:
             self._closed = False
             try:
                 image = ensure_image(
-                    self.task, image=self.image, pull_policy=self.pull_policy, build=self.build,
+                    self.task,
+                    image=self.image,
+                    pull_policy=self.pull_policy,
+                    build=self.build,
                     client=self.client,
                 )
             except Exception as e:
@@ -384,9 +403,13 @@ class DockerSandbox:
         try:
             self.container.reload()
             s = self.container.attrs.get("State", {})
-            state = f"{s.get('Status')} (exit code {s.get('ExitCode')}, OOMKilled={s.get('OOMKilled')})"
+            state = (
+                f"{s.get('Status')} (exit code {s.get('ExitCode')}, OOMKilled={s.get('OOMKilled')})"
+            )
             if s.get("Running"):
-                return SandboxError(f"container {self.container.name} is running but the shell failed: {cause}")
+                return SandboxError(
+                    f"container {self.container.name} is running but the shell failed: {cause}"
+                )
         except docker.errors.NotFound:
             pass
         except Exception as e:
@@ -417,8 +440,12 @@ class DockerSandbox:
         """The container cgroup's OOM-kill counter (v1 memory.oom_control, v2 memory.events)."""
         try:
             r = self.container.exec_run(
-                ["sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null "
-                 "|| cat /sys/fs/cgroup/memory/memory.oom_control"],
+                [
+                    "sh",
+                    "-c",
+                    "cat /sys/fs/cgroup/memory.events 2>/dev/null "
+                    "|| cat /sys/fs/cgroup/memory/memory.oom_control",
+                ],
             )
         except Exception:
             return None
@@ -462,7 +489,9 @@ class DockerSandbox:
     # ---------------------------------------------------------------------------------- files
 
     def _abs(self, path: str) -> str:
-        return posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
+        return posixpath.normpath(
+            path if path.startswith("/") else posixpath.join(self.workdir, path)
+        )
 
     def read_file(self, path: str) -> bytes:
         """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
@@ -482,7 +511,9 @@ class DockerSandbox:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             member = tar.next()
             if member is None or not member.isfile():
-                kind = "a directory" if member is not None and member.isdir() else "not a regular file"
+                kind = (
+                    "a directory" if member is not None and member.isdir() else "not a regular file"
+                )
                 raise IsADirectoryError(f"{p} is {kind}")
             f = tar.extractfile(member)
             return f.read() if f else b""
@@ -539,7 +570,7 @@ class DockerSandbox:
         base = self.task.base_commit
         script = (
             "set -e; idx=$(mktemp); trap 'rm -f \"$idx\"' EXIT; "
-            "if [ -f .git/index ]; then cp .git/index \"$idx\"; else rm -f \"$idx\"; fi; "
+            'if [ -f .git/index ]; then cp .git/index "$idx"; else rm -f "$idx"; fi; '
             "export GIT_INDEX_FILE=$idx; git add -A; "
             f"git -c core.fileMode=false diff --no-color --cached {base}"
         )

@@ -36,7 +36,9 @@ def second_daemon(base_image, docker_client):
     }
 
     def script(name: str) -> str:
-        r = subprocess.run(["bash", str(REPO / ".ci" / name)], env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            ["bash", str(REPO / ".ci" / name)], env=env, capture_output=True, text=True, timeout=120
+        )
         assert r.returncode == 0, f"{name} failed: {r.stderr[-2000:]}"
         return r.stdout
 
@@ -59,8 +61,13 @@ def test_episodes_survive_a_daemon_restart(second_daemon, starter, run_id):
     client, script, host = second_daemon
 
     def episode() -> str:
-        with DockerSandbox(starter[0], image="swe-gym/base:bookworm", pull_policy="never",
-                           client=client, run_id=run_id) as sb:
+        with DockerSandbox(
+            starter[0],
+            image="swe-gym/base:bookworm",
+            pull_policy="never",
+            client=client,
+            run_id=run_id,
+        ) as sb:
             return sb.run("echo episode-ok").output
 
     assert episode() == "episode-ok\n"

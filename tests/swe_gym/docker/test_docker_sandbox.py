@@ -26,7 +26,10 @@ def test_isolation_defaults_and_labels(make_sandbox, run_id, starter):
     assert attrs["Mounts"] == [] and not host.get("Binds")
     labels = attrs["Config"]["Labels"]
     assert labels["owner"] == "swe-gym" and labels["swe-gym.run"] == run_id
-    assert labels["swe-gym.task"] == starter[0].instance_id and labels["swe-gym.episode"] == sb.episode_id
+    assert (
+        labels["swe-gym.task"] == starter[0].instance_id
+        and labels["swe-gym.episode"] == sb.episode_id
+    )
     assert float(labels["swe-gym.started"]) > 0
     r = sb.run("pwd; git rev-parse HEAD; git status --porcelain | wc -l")
     assert r.output.split() == ["/testbed", starter[0].base_commit, "0"]
@@ -161,7 +164,10 @@ def test_daemon_down_is_one_clear_error(starter, monkeypatch, tmp_path):
     from swe_gym.sandbox.docker import DockerSandbox
 
     host = f"unix://{tmp_path}/no-daemon.sock"
-    with pytest.raises(SandboxUnavailable, match=r"Docker daemon not reachable at unix://.*no-daemon\.sock; start it with \.ci/docker-up\.sh"):
+    with pytest.raises(
+        SandboxUnavailable,
+        match=r"Docker daemon not reachable at unix://.*no-daemon\.sock; start it with \.ci/docker-up\.sh",
+    ):
         get_client(host)
     monkeypatch.setenv("DOCKER_HOST", host)
     with pytest.raises(SandboxUnavailable, match="Docker daemon not reachable"):

@@ -35,7 +35,9 @@ def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path):
     )
     assert images.apt_mirror("bookworm", tmp_path) == "http://mirror.invalid/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
-    (tmp_path / "sources.list").write_text("# x\ndeb [arch=amd64] http://one.invalid/debian trixie main\n")
+    (tmp_path / "sources.list").write_text(
+        "# x\ndeb [arch=amd64] http://one.invalid/debian trixie main\n"
+    )
     assert images.apt_mirror("trixie", tmp_path) == "http://one.invalid/debian"
     assert images.apt_mirror("bookworm", tmp_path) == "http://one.invalid/debian"  # any Debian pool
     (tmp_path / "sources.list").write_text("")
@@ -46,10 +48,14 @@ def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path):
 def test_recipe_hash_depends_on_the_environment_fields_only(starter):
     a = starter[0]
     b = dataclasses.replace(a, install_config={**a.install_config, "test_cmd": "pytest -x"})
-    c = dataclasses.replace(a, install_config={**a.install_config, "pip_packages": ["pytest", "six"]})
+    c = dataclasses.replace(
+        a, install_config={**a.install_config, "pip_packages": ["pytest", "six"]}
+    )
     assert images.recipe_for(a).env_tag == images.recipe_for(b).env_tag
     assert images.recipe_for(a).env_tag != images.recipe_for(c).env_tag
-    assert images.instance_tag(a) != images.instance_tag(dataclasses.replace(a, base_commit="0" * 40))
+    assert images.instance_tag(a) != images.instance_tag(
+        dataclasses.replace(a, base_commit="0" * 40)
+    )
 
 
 def test_unknown_pull_policy_is_named(starter):
@@ -74,7 +80,9 @@ def test_missing_image_with_policy_never_names_the_image(docker_client, starter,
 
 @pytest.mark.docker
 def test_pull_of_an_unreachable_image_fails_clearly(docker_client):
-    with pytest.raises(images.ImageError, match=r"no usable image:\n  swe-gym-nowhere/x:1 \(pulling"):
+    with pytest.raises(
+        images.ImageError, match=r"no usable image:\n  swe-gym-nowhere/x:1 \(pulling"
+    ):
         images.ensure_image(image="swe-gym-nowhere/x:1", pull_policy="always", client=docker_client)
 
 
@@ -83,7 +91,10 @@ def test_a_failing_build_recipe_raises_with_the_log_tail(docker_client, starter)
     bad = dataclasses.replace(
         starter[0],
         instance_id="starter__broken-recipe",
-        install_config={**starter[0].install_config, "pre_install": ["echo about-to-fail-4711; exit 7"]},
+        install_config={
+            **starter[0].install_config,
+            "pre_install": ["echo about-to-fail-4711; exit 7"],
+        },
     )
     with pytest.raises(images.BuildError) as info:
         images.ensure_image(bad, pull_policy="never", client=docker_client)
@@ -94,7 +105,10 @@ def test_a_failing_build_recipe_raises_with_the_log_tail(docker_client, starter)
 
 @pytest.mark.docker
 def test_starter_images_are_built_once_and_reused(docker_client, starter):
-    names = {t.instance_id: images.ensure_image(t, pull_policy="never", client=docker_client) for t in starter}
+    names = {
+        t.instance_id: images.ensure_image(t, pull_policy="never", client=docker_client)
+        for t in starter
+    }
     # Tasks at the same commit share one testbed image.
     assert len(set(names.values())) == len({t.base_commit for t in starter})
     img = docker_client.images.get(names[starter[0].instance_id])
@@ -135,8 +149,14 @@ def test_a_rebench_row_builds_from_its_install_config_and_grades(docker_client, 
     assert name != images.ensure_image(starter[0], client=docker_client)  # its own recipe
     with DockerSandbox(task, client=docker_client, run_id=run_id) as sb:
         dist = task.repo.split("/")[-1]  # the starter repositories' distribution names
-        r = sb.run(f"echo $SWE_GYM_RECIPE_MARK; cat /etc/swe-gym-pre-install; pip show {dist} | head -1")
-        assert r.output.split("\n")[:3] == ["from-install-config", "pre-install-ran", f"Name: {dist}"]
+        r = sb.run(
+            f"echo $SWE_GYM_RECIPE_MARK; cat /etc/swe-gym-pre-install; pip show {dist} | head -1"
+        )
+        assert r.output.split("\n")[:3] == [
+            "from-install-config",
+            "pre-install-ran",
+            f"Name: {dist}",
+        ]
     opts = {"client": docker_client, "run_id": run_id}
     assert grade_patch(task, task.patch, backend="docker", sandbox_options=opts).resolved
     assert not grade_patch(task, "", backend="docker", sandbox_options=opts).resolved
