@@ -27,6 +27,12 @@ def torchrun(args: list[str], nproc: int, timeout: float = 240) -> subprocess.Co
     return proc
 
 
+@pytest.fixture(scope="session")
+def torchrun_fn():
+    """The :func:`torchrun` launcher (fixtures, because test modules cannot import conftest)."""
+    return torchrun
+
+
 @pytest.fixture
 def run_worker(tmp_path):
     """Run a worker script of this folder under torchrun; return the JSON it wrote."""
