@@ -1,0 +1,364 @@
+"""``TransformersModel``: a token-in/token-out backend on plain Hugging Face transformers.
+
+It samples from ``conversation.token_ids`` exactly (never re-tokenising) with a hand-written
+decode loop, so the ids and log-probs it returns are the ones actually sampled.
+
+Log-prob semantics (shared with ``VLLMModel``, which uses vLLM's ``processed_logprobs``): the
+log-prob of each sampled token under the distribution it was sampled from, i.e. the log-softmax
+of the logits after temperature scaling AND after top-k/top-p truncation (renormalised over the
+kept tokens). With top-k/top-p off (the RL default, methods.md section 4) this is
+``log_softmax(logits / T)``, exactly what a learner computes for the policy at temperature T.
+Greedy decoding (temperature 0) reports ``log_softmax(logits)`` (temperature 1, no truncation).
+
+Concurrency: agent threads may call :meth:`TransformersModel.generate` at once; a
+:class:`RequestBatcher` gathers the calls that arrive within a few milliseconds into one
+left-padded batch (:meth:`TransformersModel.generate_batch`). Each request has its own random
+generator, so with ``SamplingParams.seed`` set its sample does not depend on what it was batched
+with (up to floating-point differences of padded batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.protocols import Conversation, Generation, SamplingParams
+from swe_gym.errors import unknown_choice
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Request = tuple[Conversation, SamplingParams]
+
+
+def check_prompt(conversation: Conversation) -> list[int]:
+    """The prompt ids of a conversation, or a clear error if a token backend cannot use it."""
+    ids = conversation.token_ids
+    if not ids:
+        raise ValueError(
+            "conversation.token_ids is empty; token backends generate from the exact prompt ids "
+            "(render the messages with agents.chat first)"
+        )
+    return list(ids)
+
+
+def eos_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+    """End-of-turn ids: the generation config's ``eos_token_id`` (int or list) and the
+    tokenizer's ``eos_token_id``."""
+    found: set[int] = set()
+    for source in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(source, int):
+            found.add(source)
+        elif source is not None:
+            found.update(int(i) for i in source)
+    return found
+
+
+def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """Text of sampled ids: special tokens dropped (like vLLM and its server); bytes that are not
+    valid UTF-8 (a split multi-byte character) become U+FFFD instead of raising."""
+    text = tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    # Byte-level BPE decoders already substitute U+FFFD; this guards others (lone surrogates).
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p truncation of one row of (temperature-scaled) logits, as vLLM does it:
+    top-p keeps the smallest set whose probability reaches ``top_p`` (always at least one)."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative <= 1 - top_p
+        drop[-1] = False
+        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    return logits
+
+
+class RequestBatcher:
+    """Collects concurrent requests for ``window_s`` and hands them to ``run_batch`` together.
+
+    ``submit`` returns a future; one background thread (started lazily, daemon) runs the
+    batches, so the backend is only ever called from one thread.
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Request]], list[Generation]],
+        window_s: float = 0.01,
+        max_batch_size: int = 64,
+        name: str = "batcher",
+    ):
+        self._run_batch = run_batch
+        self.window_s = window_s
+        self.max_batch_size = max_batch_size
+        self._queue: queue.Queue[tuple[Request, Future] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._name = name
+        self.batch_sizes: list[int] = []  # one entry per backend call, for tests and stats
+
+    def submit(self, conversation: Conversation, params: SamplingParams) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+        self._queue.put(((conversation, params), future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            deadline = time.monotonic() + self.window_s
+            while len(batch) < self.max_batch_size:
+                try:
+                    more = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(more)
+            self.batch_sizes.append(len(batch))
+            try:
+                results = self._run_batch([request for request, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                future.set_result(result)
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+
+class TransformersModel:
+    """A causal LM from transformers, sampling token ids with their log-probs.
+
+    Args:
+        path_or_model: a model folder (or hub-style name already in the local cache), or a loaded
+            ``PreTrainedModel`` (e.g. the learner's policy, to sample from the live weights).
+        tokenizer: a tokenizer or a folder; default: loaded from ``path_or_model``.
+        gguf_file: file name of a GGUF checkpoint inside the folder (dequantized on load).
+        dtype: ``float32`` (default), ``bfloat16`` or ``float16``; ignored for a loaded model.
+        device: torch device, e.g. ``cpu`` or ``cuda``.
+        seed: seeds the generator that gives each request without ``SamplingParams.seed`` its
+            own seed, so a single-threaded run is reproducible.
+        name: the model's name in trajectories; default: the folder name.
+        batch_window_s: how long concurrent ``generate`` calls are gathered into one batch.
+    """
+
+    def __init__(
+        self,
+        path_or_model: str | Path | Any,
+        tokenizer: Any = None,
+        gguf_file: str | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        seed: int | None = None,
+        name: str | None = None,
+        batch_window_s: float = 0.01,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(path_or_model, (str, Path)):
+            if dtype not in DTYPES:
+                raise unknown_choice("dtype", dtype, DTYPES)
+            source = str(path_or_model)
+            kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
+            if gguf_file is not None:
+                from transformers import GgufConfig
+
+                kwargs.update(gguf_file=gguf_file, quantization_config=GgufConfig(dequantize=True))
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device)
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+            default_name = Path(source).name or source
+        else:
+            model = path_or_model
+            source = getattr(model.config, "_name_or_path", "") or type(model).__name__
+            default_name = Path(source).name or source
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(source)
+        if isinstance(tokenizer, (str, Path)):
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or default_name
+        self.device = torch.device(device) if isinstance(path_or_model, (str, Path)) else (
+            next(model.parameters()).device
+        )
+        self.eos_token_ids = eos_ids(tokenizer, getattr(model, "generation_config", None))
+        if not self.eos_token_ids:
+            raise ValueError(f"model {self.name!r}: no eos_token_id in tokenizer or config")
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        )
+        self._seeds = random.Random(seed)
+        self._seed_lock = threading.Lock()
+        self._batcher = RequestBatcher(self._run_requests, batch_window_s, name=f"{self.name}-gen")
+
+    def __repr__(self) -> str:
+        return f"TransformersModel(name={self.name!r}, device={str(self.device)!r})"
+
+    # -- the Model protocol -------------------------------------------------------------------
+    def generate(self, conversation: Conversation, params: SamplingParams) -> Generation:
+        """Sample the next assistant message (thread-safe; concurrent calls are batched)."""
+        check_prompt(conversation)
+        return self._batcher.submit(conversation, params).result()
+
+    def generate_batch(
+        self,
+        conversations: Sequence[Conversation],
+        params: SamplingParams | Sequence[SamplingParams],
+    ) -> list[Generation]:
+        """Sample one message per conversation in one left-padded batch (same thread)."""
+        if isinstance(params, SamplingParams):
+            params = [params] * len(conversations)
+        if len(params) != len(conversations):
+            raise ValueError(f"{len(conversations)} conversations but {len(params)} params")
+        for conversation in conversations:
+            check_prompt(conversation)
+        return self._run_requests(list(zip(conversations, params, strict=True)))
+
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> None:
+        """Load new weights: a state dict, a ``.safetensors`` file or a folder of them."""
+        if isinstance(weights, (str, Path)):
+            weights = load_safetensors(weights)
+        missing, unexpected = self.model.load_state_dict(dict(weights), strict=False)
+        if unexpected:
+            raise ValueError(f"unexpected weights for {self.name!r}: {unexpected[:5]}")
+        real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied
+        if real_missing:
+            raise ValueError(f"missing weights for {self.name!r}: {real_missing[:5]}")
+
+    def close(self) -> None:
+        """Stop the batching thread (idempotent)."""
+        self._batcher.close()
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _generator(self, params: SamplingParams) -> torch.Generator:
+        if params.seed is not None:
+            seed = params.seed
+        else:
+            with self._seed_lock:
+                seed = self._seeds.randrange(2**63)
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    @torch.inference_mode()
+    def _run_requests(self, requests: list[Request]) -> list[Generation]:
+        prompts = [check_prompt(conversation) for conversation, _ in requests]
+        params = [p for _, p in requests]
+        generators = [self._generator(p) for p in params]
+        batch = len(prompts)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: every row ends at the same column
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+
+        sampled: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        finish: list[str | None] = [None] * batch
+        max_stop = [max((len(s) for s in p.stop), default=0) for p in params]
+        past = None
+        step_ids, step_positions = input_ids, positions
+        for _ in range(max(p.max_new_tokens for p in params)):
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_positions,
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            next_ids = torch.full((batch,), self.pad_token_id, dtype=torch.long)
+            for row in range(batch):
+                if finish[row] is not None:
+                    continue
+                token, logprob = self._sample(logits[row], params[row], generators[row])
+                sampled[row].append(token)
+                logprobs[row].append(logprob)
+                next_ids[row] = token
+                finish[row] = self._finished(sampled[row], params[row], max_stop[row])
+            if all(f is not None for f in finish):
+                break
+            step_ids = next_ids.to(self.device)[:, None]
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            step_positions = step_positions[:, -1:] + 1
+        return [
+            Generation(
+                text=decode_text(self.tokenizer, ids),
+                token_ids=ids,
+                logprobs=lps,
+                finish_reason=reason or "length",
+                usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+            )
+            for prompt, ids, lps, reason in zip(prompts, sampled, logprobs, finish, strict=True)
+        ]
+
+    @staticmethod
+    def _sample(
+        logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+    ) -> tuple[int, float]:
+        """One token and its log-prob under the distribution it was drawn from (module doc)."""
+        if params.temperature == 0:
+            token = int(torch.argmax(logits))
+            return token, float(torch.log_softmax(logits, -1)[token])
+        scaled = filter_logits(logits / params.temperature, params.top_k, params.top_p)
+        logp = torch.log_softmax(scaled, -1)
+        token = int(torch.multinomial(logp.exp(), 1, generator=generator))
+        return token, float(logp[token])
+
+    def _finished(self, ids: list[int], params: SamplingParams, max_stop: int) -> str | None:
+        if ids[-1] in self.eos_token_ids:
+            return "stop"
+        if params.stop:
+            # A stop string is short; decoding a window of recent tokens keeps this O(1) per step.
+            # The text returned still covers every sampled token (stop string included).
+            window = decode_text(self.tokenizer, ids[-(max_stop + 8) :])
+            if any(s in window for s in params.stop):
+                return "stop"
+        if len(ids) >= params.max_new_tokens:
+            return "length"
+        return None
+
+
+def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a ``.safetensors`` file or of every such file in a folder."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise FileNotFoundError(f"no .safetensors weights at {path}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(str(file)))
+    return tensors
