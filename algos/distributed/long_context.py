@@ -108,6 +108,7 @@ def check_context_fits(
     world_size: int | None = None,
     dtype_bytes: int = 2,
     logprob_chunk_tokens: int = 4096,
+    fused_attention: bool = False,
     headroom: float = 0.85,
     raise_on_fail: bool = True,
 ) -> ContextFitReport:
@@ -118,8 +119,9 @@ def check_context_fits(
     - saved activations: with checkpointing, the layer inputs ``L*T*h`` plus one layer being
       recomputed (``~ T*(10h + 4i)``); without, ``L*T*(10h + 4i)`` (attention outputs, q/k/v,
       MLP intermediates, norms, in ``dtype_bytes``);
-    - attention: ring blocks of ``T/2 x T/2`` fp32 scores per head group (pure-PyTorch ring;
-      a fused kernel would not materialise it) -- reported separately;
+    - attention: one ring block's fp32 scores and probabilities, ``2 x heads x T x T`` (this
+      package's pure-PyTorch ring materialises them); ``fused_attention=True`` counts 0, as a
+      FlashAttention-style kernel per ring step would (not shipped here);
     - log-probs: chunked head, ``logprob_chunk_tokens x vocab`` fp32 (algos.logprobs);
     - weights + grads + AdamW: ``P * (2*dtype + 8 fp32 moments + 4 fp32 master)`` / world
       (FSDP shards them over every rank).
@@ -141,8 +143,8 @@ def check_context_fits(
         act = layers * tokens * h * dtype_bytes + tokens * per_layer_tok
     else:
         act = layers * tokens * per_layer_tok
-    half = max(1, tokens // 2) if cp_size > 1 else tokens
-    tile = heads * half * half * 4
+    # scores + probabilities of one ring block (T_local x T_local per head), fp32
+    tile = 0 if fused_attention else 2 * heads * tokens * tokens * 4
     logits = min(tokens, logprob_chunk_tokens) * cfg.vocab_size * 4
     world = world_size or cp_size
     pgo = _num_params(cfg) * (2 * dtype_bytes + 8 + 4) // world
@@ -166,7 +168,7 @@ def check_context_fits(
             r = check_context_fits(cfg, seq_len, need_cp, None, activation_checkpointing, None,
                                    world_size=max(world, need_cp), dtype_bytes=dtype_bytes,
                                    logprob_chunk_tokens=logprob_chunk_tokens,
-                                   raise_on_fail=False)
+                                   fused_attention=fused_attention, raise_on_fail=False)
             if r.total_bytes <= headroom * device_memory_bytes:
                 break
         hint = "" if activation_checkpointing else "; turn on activation checkpointing"

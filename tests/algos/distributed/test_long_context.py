@@ -51,8 +51,12 @@ def test_context_fit_scales_with_cp_and_fails_with_numbers():
     assert one.tokens_per_rank == 131072 and eight.tokens_per_rank == 16384
     assert eight.activation_bytes * 7 < one.activation_bytes  # ~1/CP
     h200 = 141 * 10**9
-    ok = check_context_fits(cfg, 131072, 8, 131072, True, h200, world_size=128)
+    ok = check_context_fits(cfg, 131072, 8, 131072, True, h200, world_size=128,
+                            fused_attention=True)
     assert ok.fits and not ok.problems
+    # the pure-PyTorch ring materialises (T/CP)^2 scores per head: needs a larger CP
+    with pytest.raises(ValueError, match="use cp >= 16"):
+        check_context_fits(cfg, 131072, 8, 131072, True, h200, world_size=128)
     with pytest.raises(ValueError, match=r"per rank > 85% .* use cp >= \d+"):
         check_context_fits(cfg, 131072, 1, 131072, True, h200, world_size=128)
     with pytest.raises(ValueError, match="max_position_embeddings 131072: extend the rope"):
