@@ -60,6 +60,7 @@ class SWERLEnv(gym.Env[str, str]):
         seed: int | None = None,
         repo_resolver: Callable[[str], Path] | None = None,
         repos_dir: str | Path | None = None,
+        sandbox_options: dict[str, Any] | None = None,
         grading_timeout: float = 900.0,
         max_prompt_chars: int = MAX_TEXT,
     ):
@@ -80,6 +81,9 @@ class SWERLEnv(gym.Env[str, str]):
             # the clone layout curation and the sandboxes share: DIR/<owner>__<name>
             repo_resolver = lambda repo: Path(repos_dir) / repo.replace("/", "__")  # noqa: E731
         self.repo_resolver = repo_resolver or default_repo_resolver
+        self.sandbox_options = dict(sandbox_options or {})
+        if repos_dir is not None and backend == "local":
+            self.sandbox_options.setdefault("repos_dir", str(repos_dir))
         self.grading_timeout = grading_timeout
         self.max_prompt_chars = max_prompt_chars
         self.observation_space = UnicodeText(MAX_TEXT)
@@ -186,7 +190,11 @@ class SWERLEnv(gym.Env[str, str]):
             from swe_gym.grading import grade_patch  # imported on use: similarity needs no sandbox
 
             report = grade_patch(
-                task, info["patch"], backend=self.backend, timeout=self.grading_timeout
+                task,
+                info["patch"],
+                backend=self.backend,
+                sandbox_options=self.sandbox_options,
+                timeout=self.grading_timeout,
             )
             info["report"] = report.to_dict()
             reward = 1.0 if report.resolved else 0.0

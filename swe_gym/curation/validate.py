@@ -106,6 +106,6 @@ def validate_row(
 
 
 def make_validator(
-    backend: str, timeout: float = 900.0
+    backend: str, timeout: float = 900.0, sandbox_options: dict | None = None
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    return lambda row: validate_row(row, backend, timeout)
+    return lambda row: validate_row(row, backend, timeout, sandbox_options)
