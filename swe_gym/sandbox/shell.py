@@ -1,0 +1,500 @@
+"""A persistent bash session driven over a byte stream, shared by every sandbox backend.
+
+The backend supplies a *transport* (``ShellTransport``): a running ``bash`` whose stdin we write
+and whose merged stdout/stderr we read, plus a way to kill processes. ``ShellSession`` does the
+rest, the same way for a local bubblewrap process and for a ``docker exec`` socket:
+
+* Each command is sent as ONE line, ``eval $'<command, ANSI-C quoted>' </dev/null``, run in the
+  main shell (not a subshell), so ``cd`` and ``export`` persist. Quoting it means an unbalanced
+  quote or a heredoc in the command cannot eat the protocol; a syntax error is just exit code 2.
+* The shell runs with job control (``set -m``), so every pipeline a command starts gets its own
+  process group; the shell is the session leader. After the command, the shell prints a random
+  per-command sentinel with the exit code and ``$PWD``, then ``jobs -p`` (the process groups of
+  background jobs still known to the shell) and an end marker.
+* On timeout the transport kills every process group in the shell's session except the shell's
+  own and the background jobs that existed before the command (``select_victims``); the shell
+  then reaps the job and prints the sentinel, so cwd and variables survive. If the command was
+  running *inside* the shell (``while :; do :; done``, ``exec sleep 99``) no sentinel comes; the
+  shell is replaced by a fresh one in the last known cwd (``restarted=True``).
+* If the shell itself dies (``exit``, ``kill -9 $$``, ``set -e`` then a failure), a fresh shell
+  is started in the workdir and the result says so (``restarted=True``).
+* Output is read incrementally into a bounded buffer (head and tail kept, the cut said), so an
+  endless ``yes`` never holds more than a few times ``output_limit`` bytes.
+* Every command's stdin is ``/dev/null`` and the environment disables pagers and editors, so
+  interactive programs exit instead of hanging; ``interactive_command_message`` lets the env
+  refuse known interactive programs with a useful message before running them.
+
+A backend writes a transport (``read``/``write``/``alive``/``kill_command``/``close``) and a
+``spawn()`` callable that starts a fresh shell; see ``swe_gym.sandbox.local.BwrapTransport``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from swe_gym.errors import SandboxError
+from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
+
+# Environment that keeps programs from waiting for a human (pagers, editors, prompts).
+NONINTERACTIVE_ENV: dict[str, str] = {
+    "TERM": "dumb",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "LESS": "-R",
+    "EDITOR": "true",
+    "VISUAL": "true",
+    "GIT_EDITOR": "true",
+    "GIT_TERMINAL_PROMPT": "0",
+    "PIP_NO_INPUT": "1",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "PYTHONUNBUFFERED": "1",  # partial output of a timed-out python command is not lost
+}
+
+# Descriptor the shell keeps a copy of its stdout on, to undo a command's `exec >file` (bash's
+# `exec` makes redirections permanent). Stdin is not restored that way: replacing fd 0 under
+# bash's buffered command input crashes bash 5.2; a command that does `exec <file` makes the
+# shell read EOF and exit, which the session handles as a restart.
+_SAVED_STDOUT_FD = 98
+
+_READ_SLICE = 0.25  # seconds between liveness checks while waiting for output
+_KILL_GRACE = 2.0  # seconds to wait for the sentinel after killing a timed-out command
+_START_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as ``/proc/<pid>/stat`` shows it (all numbers in one pid namespace)."""
+
+    pid: int
+    pgid: int
+    sid: int
+
+
+class ShellTransport(Protocol):
+    """A running ``bash`` reading commands on stdin, stdout and stderr merged on one stream."""
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data`` to the shell's stdin; raise ``OSError`` if the shell is gone."""
+        ...
+
+    def read(self, timeout: float) -> bytes | None:
+        """Bytes available within ``timeout`` s: ``b""`` if none yet, ``None`` at end of stream."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether the shell process is still running."""
+        ...
+
+    def kill_command(self, shell_pid: int, keep_pgids: set[int]) -> int:
+        """SIGKILL every process in the shell's session (``sid == shell_pid``) except the shell
+        and the process groups in ``keep_pgids`` (pids as the shell sees them, ``$$``); return
+        how many targets were signalled. ``select_victims`` does the selection."""
+        ...
+
+    def close(self) -> None:
+        """Kill the shell and everything it started; idempotent."""
+        ...
+
+
+def parse_proc_stat(text: str) -> list[ProcInfo]:
+    """Parse concatenated ``/proc/<pid>/stat`` lines (e.g. ``cat /proc/[0-9]*/stat`` in a
+    container). The command name may hold spaces and parentheses: fields follow the last ')'."""
+    out = []
+    for line in text.splitlines():
+        head, sep, rest = line.rpartition(")")
+        if not sep:
+            continue
+        pid_s = head.split("(", 1)[0].strip()
+        fields = rest.split()
+        # rest: state ppid pgrp session ...
+        if len(fields) < 4 or not pid_s.isdigit():
+            continue
+        out.append(ProcInfo(int(pid_s), int(fields[2]), int(fields[3])))
+    return out
+
+
+def select_victims(
+    procs: Iterable[ProcInfo], shell_pid: int, keep_pgids: set[int]
+) -> tuple[list[int], list[int]]:
+    """What to SIGKILL after a timeout: ``(process groups, single pids)``.
+
+    Every process of the shell's session except the shell, minus the kept (pre-existing
+    background) groups. Processes sharing the shell's own group (job control switched off by
+    the command) are killed one by one, since killing the group would kill the shell."""
+    groups: set[int] = set()
+    pids: list[int] = []
+    for p in procs:
+        if p.sid != shell_pid or p.pid == shell_pid or p.pgid in keep_pgids:
+            continue
+        if p.pgid == shell_pid:
+            pids.append(p.pid)
+        else:
+            groups.add(p.pgid)
+    return sorted(groups), sorted(pids)
+
+
+def ansi_c_quote(text: str) -> str:
+    """``$'...'`` literal for bash holding ``text`` byte for byte (NUL bytes dropped)."""
+    out = ["$'"]
+    for b in text.encode("utf-8", "surrogateescape"):
+        if b == 0:
+            continue
+        if b in (0x27, 0x5C):  # ' and \
+            out.append("\\" + chr(b))
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\x{b:02x}")
+    out.append("'")
+    return "".join(out)
+
+
+class _OutputBuffer:
+    """Bytes of one command's output with bounded memory: the head is kept once, then only a
+    sliding tail; ``dropped`` counts what fell out of the middle."""
+
+    def __init__(self, limit_chars: int):
+        # UTF-8 takes up to 4 bytes a character; the tail also holds the sentinel block.
+        self.head_cap = 4 * max(limit_chars, 1)
+        self.tail_cap = max(4 * limit_chars, 65536)
+        self.head: bytearray | None = None
+        self.buf = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+
+    def trim(self) -> None:
+        if len(self.buf) <= self.head_cap + 2 * self.tail_cap:
+            return
+        if self.head is None:
+            self.head = self.buf[: self.head_cap]
+            cut_from = self.head_cap
+        else:
+            cut_from = 0
+        cut_to = len(self.buf) - self.tail_cap
+        self.dropped += cut_to - cut_from
+        self.buf = self.buf[cut_to:]
+
+    def text(self, end: int, limit: int) -> tuple[str, bool]:
+        """Decode ``buf[:end]`` (plus the kept head) into at most about ``limit`` characters."""
+        body = bytes(self.buf[:end])
+        if self.head is None:
+            text = body.decode("utf-8", errors="replace")
+            if len(text) <= limit:
+                return text, False
+            head_text, tail_text, omitted = text, text, len(text) - 2 * (limit // 2)
+            unit = "characters"
+        else:
+            # The tail may start inside a multi-byte character: skip continuation bytes.
+            i = 0
+            while i < min(len(body), 3) and 0x80 <= body[i] < 0xC0:
+                i += 1
+            head_text = bytes(self.head).decode("utf-8", errors="replace")
+            tail_text = body[i:].decode("utf-8", errors="replace")
+            omitted = self.dropped + i + max(0, len(head_text) - limit // 2)
+            omitted += max(0, len(tail_text) - limit // 2)
+            unit = "bytes or more"
+        half = limit // 2
+        return (
+            f"{head_text[:half]}\n\n<output truncated: {omitted} {unit} omitted from the middle>"
+            f"\n\n{tail_text[-half:] if half else ''}",
+            True,
+        )
+
+
+class ShellSession:
+    """A persistent bash session over a ``ShellTransport``.
+
+    Args:
+        spawn: starts a fresh shell and returns its transport (called again after a restart).
+        workdir: directory the shell starts (and restarts) in, as the shell sees it.
+        env: extra exported variables (on top of ``NONINTERACTIVE_ENV``).
+        output_limit: characters of output kept per command (head and tail).
+        command_timeout: default per-command timeout in seconds.
+    """
+
+    def __init__(
+        self,
+        spawn: Callable[[], ShellTransport],
+        workdir: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    ):
+        if output_limit < 100:
+            raise ValueError(f"output_limit must be at least 100 characters, got {output_limit}")
+        if command_timeout <= 0:
+            raise ValueError(f"command_timeout must be > 0 seconds, got {command_timeout}")
+        self._spawn = spawn
+        self.workdir = workdir
+        self.env = {**NONINTERACTIVE_ENV, **(env or {})}
+        self.output_limit = output_limit
+        self.command_timeout = command_timeout
+        self.transport: ShellTransport | None = None
+        self.shell_pid: int | None = None  # $$ of the current shell
+        self.cwd = workdir  # last $PWD the shell reported
+        self._jobs: set[int] = set()  # background job pgids after the last command
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, cwd: str | None = None) -> None:
+        """Start (or replace) the shell and initialise it in ``cwd`` (default: workdir)."""
+        self._drop_transport()
+        self.transport = self._spawn()
+        self._jobs = set()
+        cwd = cwd or self.workdir
+        token = secrets.token_hex(8)
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        init = (
+            f"exec 2>&1 {_SAVED_STDOUT_FD}>&1; set -m; set +o histexpand; "
+            f"export {exports}; cd {shlex.quote(cwd)} 2>/dev/null || cd {shlex.quote(self.workdir)}; "
+            f"printf '%s %s %s\\n' __SWE_READY_{token}__ \"$$\" \"$PWD\"\n"
+        )
+        try:
+            self.transport.write(init.encode())
+        except OSError as e:
+            raise SandboxError(f"the shell died while starting: {e}") from e
+        marker = f"__SWE_READY_{token}__ ".encode()
+        buf = bytearray()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while True:
+            i = buf.find(marker)
+            if i >= 0 and buf.find(b"\n", i) >= 0:
+                line = buf[i + len(marker) : buf.find(b"\n", i)].decode("utf-8", "replace")
+                pid, _, pwd = line.partition(" ")
+                self.shell_pid, self.cwd = int(pid), pwd
+                return
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"the shell did not start within {_START_TIMEOUT:.0f} s; it printed: "
+                    f"{bytes(buf[-2000:]).decode('utf-8', 'replace')!r}"
+                )
+            chunk = self.transport.read(_READ_SLICE)
+            if chunk is None or (not chunk and not self.transport.alive()):
+                raise SandboxError(
+                    "the shell exited while starting; it printed: "
+                    f"{bytes(buf[-2000:]).decode('utf-8', 'replace')!r}"
+                )
+            buf += chunk
+
+    def close(self) -> None:
+        """Kill the shell and what it started; idempotent."""
+        self._closed = True
+        self._drop_transport()
+
+    def _drop_transport(self) -> None:
+        if self.transport is not None:
+            t, self.transport = self.transport, None
+            t.close()
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` in the persistent shell; never raises for a failing command."""
+        if self._closed:
+            raise SandboxError("the shell session is closed")
+        if self.transport is None:
+            self.start()
+        timeout = self.command_timeout if timeout is None else float(timeout)
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        token = secrets.token_hex(8)
+        status = f"__SWE_{token}__"
+        end = f"__SWE_{token}_END__"
+        line = (
+            f"eval {ansi_c_quote(command)} </dev/null; __swe_rc=$?; "
+            f"exec 1>&{_SAVED_STDOUT_FD} 2>&1; "
+            f"printf '\\n%s %s %s\\n' {status} \"$__swe_rc\" \"$PWD\"; jobs -p; "
+            f"printf '%s\\n' {end}\n"
+        )
+        start = time.monotonic()
+        out = _OutputBuffer(self.output_limit)
+        transport = self.transport
+        assert transport is not None
+        try:
+            transport.write(line.encode())
+        except OSError:
+            return self._shell_died(out, start, None)
+        end_b, status_b = f"{end}\n".encode(), f"\n{status} ".encode()
+        deadline = start + timeout
+        killed_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if killed_at is None and now >= deadline:
+                transport.kill_command(self.shell_pid or -1, set(self._jobs))
+                killed_at = now
+            if killed_at is not None and now >= killed_at + _KILL_GRACE:
+                return self._restart_after_timeout(out, start, timeout)
+            limit = (killed_at + _KILL_GRACE if killed_at is not None else deadline) - now
+            chunk = transport.read(max(0.0, min(_READ_SLICE, limit)))
+            if chunk is None or (not chunk and not transport.alive()):
+                while chunk:  # drain what the dead shell left
+                    out.feed(chunk)
+                    out.trim()
+                    chunk = transport.read(0.05)
+                return self._shell_died(out, start, timeout if killed_at is not None else None)
+            if not chunk:
+                continue
+            scan_from = max(0, len(out.buf) - len(end_b))
+            out.feed(chunk)
+            j = out.buf.find(end_b, scan_from)
+            if j < 0:
+                out.trim()
+                continue
+            i = out.buf.rfind(status_b, 0, j)
+            if i < 0:  # the end marker without the status line: cannot happen unless tampered
+                out.trim()
+                continue
+            return self._finish(out, i, j, start, timeout if killed_at is not None else None)
+
+    def _finish(
+        self, out: _OutputBuffer, i: int, j: int, start: float, timed_out_after: float | None
+    ) -> CommandResult:
+        block = bytes(out.buf[i + 1 : j]).decode("utf-8", "replace").split("\n")
+        _, rc_s, pwd = (block[0].split(" ", 2) + ["", ""])[:3]
+        self.cwd = pwd or self.cwd
+        self._jobs = {int(x) for x in block[1:] if x.strip().isdigit()}
+        text, truncated = out.text(i, self.output_limit)
+        if timed_out_after is not None:
+            text += f"\n<command timed out after {timed_out_after:g} s and was killed>"
+            return CommandResult(
+                text, None, timed_out=True, duration=time.monotonic() - start, truncated=truncated
+            )
+        rc = int(rc_s) if rc_s.lstrip("-").isdigit() else None
+        return CommandResult(text, rc, duration=time.monotonic() - start, truncated=truncated)
+
+    def _shell_died(
+        self, out: _OutputBuffer, start: float, timed_out_after: float | None
+    ) -> CommandResult:
+        text, truncated = out.text(len(out.buf), self.output_limit)
+        self.start()
+        note = (
+            f"<the shell exited; a new shell was started in {self.workdir}; "
+            "exported variables and cwd were reset>"
+        )
+        if timed_out_after is not None:
+            note = f"<command timed out after {timed_out_after:g} s and was killed>\n" + note
+        return CommandResult(
+            f"{text}\n{note}" if text else note,
+            None,
+            timed_out=timed_out_after is not None,
+            duration=time.monotonic() - start,
+            truncated=truncated,
+            restarted=True,
+        )
+
+    def _restart_after_timeout(
+        self, out: _OutputBuffer, start: float, timeout: float
+    ) -> CommandResult:
+        # The command ran inside the shell process itself (a shell loop, `exec`), so killing
+        # its children did not end it: replace the shell, keeping the directory.
+        text, truncated = out.text(len(out.buf), self.output_limit)
+        cwd = self.cwd
+        self.start(cwd)
+        note = (
+            f"<command timed out after {timeout:g} s and was killed; it was running inside the "
+            f"shell itself, so a new shell was started in {self.cwd}; exported variables were reset>"
+        )
+        return CommandResult(
+            f"{text}\n{note}" if text else note,
+            None,
+            timed_out=True,
+            duration=time.monotonic() - start,
+            truncated=truncated,
+            restarted=True,
+        )
+
+
+# -- interactive programs -------------------------------------------------------------------
+
+_EDIT_HINT = (
+    "use the str_replace_editor tool, or non-interactive commands (sed -i, cat <<'EOF' > file)"
+)
+_VIEW_HINT = "print the file instead: cat, head, tail, or sed -n '10,40p' FILE"
+_INTERACTIVE: dict[str, str] = {
+    **dict.fromkeys(["vim", "vi", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe",
+                     "mcedit", "micro"], _EDIT_HINT),
+    **dict.fromkeys(["less", "more", "most"], _VIEW_HINT),
+    **dict.fromkeys(["top", "htop", "atop", "btop", "iotop"],
+                    "use a one-shot command instead: ps aux, or top -b -n 1"),
+    "man": "manual pages need a pager; use COMMAND --help instead",
+    "info": "use COMMAND --help instead",
+    "watch": "run the command once instead of watching it",
+    **dict.fromkeys(["screen", "tmux"], "run commands directly; background jobs: CMD > log 2>&1 &"),
+    **dict.fromkeys(["ssh", "telnet", "ftp", "sftp"], "there is no network access in the sandbox"),
+}
+_REPLS = {"python", "python2", "python3", "ipython", "ipython3", "node", "irb", "ghci", "lua",
+          "R", "julia", "sqlite3", "psql", "mysql", "bash", "sh", "zsh", "fish"}
+_REPL_VERSIONED = re.compile(r"^python\d+(\.\d+)?$")
+_SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n", "(", ")", "{", "}", "!", "then", "do",
+               "else", "elif"}
+_PREFIXES = {"sudo", "exec", "command", "time", "nohup", "env", "nice", "timeout", "stdbuf"}
+
+
+def _simple_commands(cmd: str) -> list[list[str]]:
+    """Split a command line into simple commands' words (a best-effort, quote-aware split)."""
+    lex = shlex.shlex(cmd.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    try:
+        tokens = list(lex)
+    except ValueError:  # unbalanced quotes: let bash report it
+        return []
+    out: list[list[str]] = [[]]
+    for tok in tokens:
+        if tok in _SEPARATORS or set(tok) <= set(";&|()"):
+            out.append([])
+        else:
+            out[-1].append(tok)
+    return [c for c in out if c]
+
+
+def interactive_command_message(cmd: str) -> str | None:
+    """A helpful message if ``cmd`` starts a known interactive program, else ``None``.
+
+    The env returns it as the observation instead of running the command (which would only
+    end at the timeout or print garbage, since there is no terminal)."""
+    for words in _simple_commands(cmd):
+        i = 0
+        # Skip VAR=value assignments and wrappers (sudo, env, timeout 10, ...).
+        while i < len(words):
+            w = words[i]
+            if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):
+                i += 1
+            elif w in _PREFIXES:
+                i += 1
+                while i < len(words) and (words[i].startswith("-") or words[i][:1].isdigit()):
+                    i += 1
+            else:
+                break
+        if i >= len(words):
+            continue
+        prog = words[i].rsplit("/", 1)[-1]
+        args = words[i + 1 :]
+        if prog in _INTERACTIVE:
+            return (
+                f"`{prog}` is interactive and cannot run here (there is no terminal and stdin "
+                f"is empty); {_INTERACTIVE[prog]}."
+            )
+        if prog == "tail" and any(a in ("-f", "-F", "--follow") or a.startswith("--follow=")
+                                  for a in args):
+            return "`tail -f` never ends; use `tail -n 50 FILE` to see the end of a file."
+        if prog in _REPLS or _REPL_VERSIONED.match(prog):
+            if not args or args == ["-i"]:
+                return (
+                    f"`{' '.join(words[i:])}` starts an interactive session, which cannot run "
+                    f"here (stdin is empty); run a script file or pass code with -c / -e, e.g. "
+                    f"{prog} -c '...' or {prog} script."
+                )
+    return None
