@@ -9,6 +9,7 @@ PASS_TO_PASS are always lists, whether the source stored JSON strings (SWE-bench
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -113,8 +114,12 @@ def _as_dict(value: Any, iid: str, name: str) -> dict[str, Any] | None:
     return dict(value)
 
 
-def normalise_row(row: Mapping[str, Any]) -> Task:
-    """Turn one dataset row into a ``Task``; raises ``TaskError`` naming the bad field."""
+def normalise_row(row: Mapping[str, Any], *, require_tests: bool = True) -> Task:
+    """Turn one dataset row into a ``Task``; raises ``TaskError`` naming the bad field.
+
+    ``require_tests=False`` accepts rows without FAIL_TO_PASS (e.g. curated SWE-RL rows that were
+    not execution-validated; they can be rewarded by similarity but not graded by tests).
+    """
     if isinstance(row, Task):
         return row
     if not isinstance(row, Mapping):
@@ -131,7 +136,7 @@ def normalise_row(row: Mapping[str, Any]) -> Task:
         if not row[name].strip():
             raise TaskError(iid, name, "is empty")
     lists = {name: _as_list(row.get(name), iid, name) for name in _LIST_FIELDS}
-    if not lists["FAIL_TO_PASS"]:
+    if require_tests and not lists["FAIL_TO_PASS"]:
         raise TaskError(iid, "FAIL_TO_PASS", "is empty: a task needs at least one failing test")
     image = next((row[k] for k in _IMAGE_FIELDS if row.get(k)), None)
     known = {f.name for f in dataclasses.fields(Task)} | set(_IMAGE_FIELDS)
@@ -190,6 +195,7 @@ def load_tasks(
     *,
     split: str = "test",
     instance_ids: Iterable[str] | None = None,
+    require_tests: bool = True,
 ) -> list[Task]:
     """Load and normalise tasks.
 
@@ -199,7 +205,9 @@ def load_tasks(
             a dataset folder in the hub layout (same loader), ``"starter"`` for the bundled suite, or an iterable of row dicts / ``Task``.
         split: dataset split for hub ids.
         instance_ids: keep only these ids (in the source's order); an unknown id is an error.
+        require_tests: reject rows with an empty FAIL_TO_PASS (see ``normalise_row``).
     """
+    norm = functools.partial(normalise_row, require_tests=require_tests)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if str(source) == "starter":
@@ -207,18 +215,18 @@ def load_tasks(
 
             tasks = starter_tasks()
         elif path.is_dir():  # a dataset folder in the hub's layout (e.g. a local snapshot)
-            tasks = [normalise_row(r) for r in _load_hub(str(path), split)]
+            tasks = [norm(r) for r in _load_hub(str(path), split)]
         elif path.exists():
-            tasks = [normalise_row(r) for r in _read_file(path)]
+            tasks = [norm(r) for r in _read_file(path)]
         elif isinstance(source, str) and "/" in source and not source.startswith((".", "/")):
-            tasks = [normalise_row(r) for r in _load_hub(source, split)]
+            tasks = [norm(r) for r in _load_hub(source, split)]
         else:
             raise FileNotFoundError(
                 f"task source {str(source)!r} is neither an existing file nor a hub dataset id "
                 "(owner/name); accepted: a .jsonl/.json/.parquet path, a hub id, 'starter', or a list of rows"
             )
     else:
-        tasks = [normalise_row(r) for r in source]
+        tasks = [norm(r) for r in source]
     seen: set[str] = set()
     for t in tasks:
         if t.instance_id in seen:

@@ -113,3 +113,10 @@ def test_unknown_source_lists_accepted():
 
 def test_patch_files():
     assert patch_files(PATCH + TEST_PATCH) == ["pkg/a.py", "tests/test_a.py"]
+
+
+def test_rows_without_tests_load_when_allowed():
+    rows = [row(FAIL_TO_PASS=[])]
+    with pytest.raises(TaskError, match="FAIL_TO_PASS"):
+        load_tasks(rows)
+    assert load_tasks(rows, require_tests=False)[0].FAIL_TO_PASS == []
