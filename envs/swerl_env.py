@@ -68,7 +68,8 @@ class SWERLEnv(gym.Env[str, str]):
             raise unknown_choice("reward", reward, REWARDS)
         if max_context_files < 0:
             raise ValueError(f"max_context_files must be >= 0, got {max_context_files}")
-        self.tasks = load_tasks(tasks, split=split)
+        # Similarity rewards need no tests: curated rows that were not execution-validated load too.
+        self.tasks = load_tasks(tasks, split=split, require_tests=reward == "execution")
         if not self.tasks:
             raise ValueError(f"task source {tasks!r} holds no tasks")
         self._by_id = {t.instance_id: t for t in self.tasks}
