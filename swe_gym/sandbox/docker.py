@@ -10,7 +10,7 @@ Labels (``swe_gym.reap``): ``owner=swe-gym``, ``swe-gym.run``, ``swe-gym.episode
 The bash session is ``swe_gym.sandbox.shell`` (shared with the local backend) over
 ``DockerExecStream``: ``api.exec_create(stdin=True, tty=False)`` + ``api.exec_start(socket=True)``,
 whose output arrives as 8-byte-header multiplexed frames. Per-command timeouts kill the
-command's process group with a second exec; when that is impossible (a fork bomb at the pids
+command's process groups with a second exec; when that is impossible (a fork bomb at the pids
 limit) the container's processes are all killed and it is started again (files kept).
 Files go through the archive API (``get_archive`` / ``put_archive``), not the shell.
 
@@ -57,80 +57,90 @@ PIDS_MESSAGE = (
 )
 
 
-class DockerExecStream:
-    """A duplex byte stream to a process started with ``docker exec`` (stdin open, no TTY).
+class DockerExecTransport:
+    """``swe_gym.sandbox.shell.ShellTransport`` over a ``docker exec`` socket (stdin open, no TTY).
 
-    ``recv`` merges stdout and stderr frames (8-byte header: stream id, 3 zero bytes, big-endian
-    payload length) and returns payload bytes; ``b""`` means nothing arrived within ``timeout``;
-    it raises ``EOFError`` once the process has exited and its output is drained.
+    ``read`` merges the stdout and stderr frames (8-byte header: stream id, 3 zero bytes,
+    big-endian payload length). The exec'd bash is a session leader in the container's pid
+    namespace; its pid is read from the first line it prints, so ``close`` can kill what it
+    started. Killing uses a second exec (``/proc/*/stat`` -> ``select_victims`` -> ``kill``).
     """
 
-    def __init__(
-        self,
-        api: Any,
-        container_id: str,
-        cmd: list[str],
-        workdir: str | None = None,
-        environment: dict[str, str] | None = None,
-    ):
+    def __init__(self, api: Any, container_id: str, workdir: str, closing: Any = None):
         self.api = api
+        self.container_id = container_id
+        self._closing = closing or (lambda: False)  # the sandbox is removing the container
         self.exec_id = api.exec_create(
             container_id,
-            cmd,
+            ["bash", "-c", "echo $$; exec bash --noprofile --norc"],
             stdin=True,
             stdout=True,
             stderr=True,
             tty=False,
             workdir=workdir,
-            environment=environment,
         )["Id"]
         sock = api.exec_start(self.exec_id, socket=True)
         # docker-py wraps the socket in SocketIO for unix sockets (``_sock``), or returns it raw.
         self._sock: socket.socket = getattr(sock, "_sock", sock)
         self._keep = sock  # the wrapper owns the fd's lifetime
         self._buf = b""
+        self._out = b""
         self._eof = False
-        self._lock = threading.Lock()
+        self._closed = False
+        self.pid = self._read_pid()
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
+    def _read_pid(self) -> int | None:
+        deadline = time.monotonic() + 15
+        while b"\n" not in self._out and time.monotonic() < deadline:
+            chunk = self._read_frames(0.25)
+            if chunk is None:
+                break
+            self._out += chunk
+        line, sep, rest = self._out.partition(b"\n")
+        if not sep or not line.strip().isdigit():
+            return None
+        self._out = rest
+        return int(line)
 
-    def send(self, data: bytes) -> None:
-        try:
-            self._sock.sendall(data)
-        except OSError as e:
-            raise EOFError(f"exec stream closed: {e}") from None
+    def write(self, data: bytes) -> None:
+        self._sock.sendall(data)  # OSError when the exec is gone, as the protocol wants
 
-    def recv(self, timeout: float) -> bytes:
-        """Payload bytes available within ``timeout`` seconds (``b""`` if none); EOFError at end."""
-        with self._lock:
+    def read(self, timeout: float) -> bytes | None:
+        if self._out:
+            out, self._out = self._out, b""
+            return out
+        return self._read_frames(timeout)
+
+    def _read_frames(self, timeout: float) -> bytes | None:
+        out = self._drain()
+        if out:
+            return out
+        if self._eof:
+            return None
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            try:
+                ready, _, _ = select.select(
+                    [self._sock], [], [], max(0.0, deadline - time.monotonic())
+                )
+            except (OSError, ValueError):  # closed under us
+                self._eof = True
+                return None
+            if not ready:
+                return b""
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._eof = True
+                return self._drain() or None
+            self._buf += chunk
             out = self._drain()
             if out:
                 return out
-            if self._eof:
-                raise EOFError("exec process ended")
-            deadline = time.monotonic() + max(0.0, timeout)
-            while True:
-                left = deadline - time.monotonic()
-                ready, _, _ = select.select([self._sock], [], [], max(0.0, left))
-                if not ready:
-                    return b""
-                try:
-                    chunk = self._sock.recv(1 << 16)
-                except (ConnectionResetError, OSError):
-                    chunk = b""
-                if not chunk:
-                    self._eof = True
-                    out = self._drain()
-                    if out:
-                        return out
-                    raise EOFError("exec process ended")
-                self._buf += chunk
-                out = self._drain()
-                if out:
-                    return out
-                if time.monotonic() >= deadline:
-                    return b""
+            if time.monotonic() >= deadline:
+                return b""
 
     def _drain(self) -> bytes:
         parts = []
@@ -144,20 +154,40 @@ class DockerExecStream:
         self._buf = buf
         return b"".join(parts)
 
-    def pid(self) -> int | None:
-        """The exec'd process's pid as the daemon's host sees it (None once it exited)."""
-        try:
-            return self.api.exec_inspect(self.exec_id).get("Pid") or None
-        except Exception:
-            return None
+    def alive(self) -> bool:
+        return not self._eof and not self._closed
 
-    def exit_code(self) -> int | None:
+    def _exec(self, cmd: list[str]) -> tuple[int | None, bytes]:
         try:
-            return self.api.exec_inspect(self.exec_id).get("ExitCode")
+            ex = self.api.exec_create(self.container_id, cmd, stdout=True, stderr=True)
+            out = self.api.exec_start(ex["Id"])
+            return self.api.exec_inspect(ex["Id"]).get("ExitCode"), out
         except Exception:
-            return None
+            return None, b""  # the container is gone or at its pids limit
+
+    def kill_command(self, shell_pid: int, keep_pgids: set[int]) -> int:
+        from swe_gym.sandbox.shell import parse_proc_stat, select_victims
+
+        rc, out = self._exec(["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"])
+        if rc is None:
+            return 0
+        groups, pids = select_victims(
+            parse_proc_stat(out.decode(errors="replace")), shell_pid, keep_pgids
+        )
+        targets = [f"-{g}" for g in groups] + [str(p) for p in pids]
+        if targets:
+            self._exec(["kill", "-KILL", "--", *targets])
+        return len(targets)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.pid and not self._eof and not self._closing():
+            # The shell may be spinning (a timed-out `while :; do :; done`): end it and its
+            # session, or it would keep burning the container's CPU after a restart.
+            self.kill_command(self.pid, set())
+            self._exec(["kill", "-KILL", str(self.pid)])
         for f in (
             lambda: self._sock.shutdown(socket.SHUT_RDWR),
             self._sock.close,
@@ -298,7 +328,6 @@ class DockerSandbox:
                     memswap_limit=f"{self.memory_mb}m",  # no swap: a hog is OOM-killed, not paged
                     nano_cpus=int(self.cpus * 1e9),
                     labels=labels,
-                    environment={"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"},
                 )
             except docker.errors.ImageNotFound as e:
                 raise SandboxUnavailable(f"image {image!r} not found on the daemon: {e}") from None
@@ -328,11 +357,6 @@ class DockerSandbox:
             self._closed = True
             session, self._session = self._session, None
             container, self.container = self.container, None
-        if session is not None:
-            try:
-                session.close()
-            except Exception:
-                pass
         if container is not None:
             import docker.errors
 
@@ -348,6 +372,11 @@ class DockerSandbox:
                     time.sleep(0.2)
                 except Exception:
                     time.sleep(0.2)  # the daemon blinked; the reaper catches what this misses
+        if session is not None:
+            try:
+                session.close()  # after the removal: nothing left to kill, just the socket
+            except Exception:
+                pass
 
     def __enter__(self) -> DockerSandbox:
         self.start()
@@ -358,10 +387,10 @@ class DockerSandbox:
 
     # ---------------------------------------------------------------------------------- shell
 
-    def _spawn_stream(self) -> DockerExecStream:
+    def _spawn(self) -> DockerExecTransport:
         try:
-            return DockerExecStream(
-                self.client.api, self.container.id, ["bash", "--noprofile", "--norc"], self.workdir
+            return DockerExecTransport(
+                self.client.api, self.container.id, self.workdir, closing=lambda: self._closed
             )
         except Exception as e:
             raise self._container_gone(e) from None
@@ -369,20 +398,14 @@ class DockerSandbox:
     def _open_session(self) -> None:
         from swe_gym.sandbox.shell import ShellSession
 
-        self._session = ShellSession(
-            self._spawn_stream,
-            kill_group=self._kill_group,
+        session = ShellSession(
+            self._spawn,
+            self.workdir,
             output_limit=self.output_limit,
-            default_timeout=self.command_timeout,
+            command_timeout=self.command_timeout,
         )
-
-    def _kill_group(self, pgid: int) -> bool:
-        """SIGKILL a process group inside the container with a second exec. False if impossible."""
-        try:
-            r = self.container.exec_run(["kill", "-KILL", "--", f"-{pgid}"], demux=False)
-            return r.exit_code == 0
-        except Exception:
-            return False
+        session.start()
+        self._session = session
 
     def _require(self) -> None:
         if self._closed or self.container is None:
@@ -426,10 +449,14 @@ class DockerSandbox:
         self._require()
         try:
             result = self._session.run(command, timeout=timeout or self.command_timeout)
-        except SandboxError:
-            raise
         except Exception as e:
-            raise self._container_gone(e) from None
+            # A shell that cannot be (re)started: the container is at its pids limit, or gone.
+            result = CommandResult(f"<the shell failed: {e}>", None, restarted=True)
+            if not self._recover_pids(result):
+                if isinstance(e, SandboxError) and "from outside" in str(e):
+                    raise
+                raise self._container_gone(e) from None
+            return result
         if result.exit_code == 137 or result.restarted or result.timed_out:
             self._note_oom(result)
         if result.timed_out or "Resource temporarily unavailable" in result.output:
@@ -469,12 +496,12 @@ class DockerSandbox:
         except Exception:
             return None
 
-    def _recover_pids(self, result: CommandResult) -> None:
+    def _recover_pids(self, result: CommandResult) -> bool:
         """At the pids limit nothing new can run (not even our kill exec): kill every process by
         restarting the container (its files stay) and open a fresh shell."""
         cur = self._pids_current()
         if cur is None or cur < self.pids_limit - 2:
-            return
+            return False
         try:
             if self._session is not None:
                 self._session.close()
@@ -485,6 +512,7 @@ class DockerSandbox:
             raise self._container_gone(e) from None
         result.restarted = True
         result.output += PIDS_MESSAGE.format(n=self.pids_limit)
+        return True
 
     # ---------------------------------------------------------------------------------- files
 
