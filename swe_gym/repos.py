@@ -49,7 +49,9 @@ def local_repo(repo: str, repos_dir: str | os.PathLike | None = None) -> Path:
             looked.append(str(candidate))
             if candidate.is_dir() and _is_git_repo(candidate):
                 return candidate.resolve()
-    where = f"looked in {', '.join(looked)}" if looked else f"no repos_dir given and ${REPOS_ENV} unset"
+    where = (
+        f"looked in {', '.join(looked)}" if looked else f"no repos_dir given and ${REPOS_ENV} unset"
+    )
     raise SandboxUnavailable(
         f"no local git repository for {repo!r} ({where}). Clone it as "
         f"<repos_dir>/{repo_dir_name(repo)} and pass repos_dir=... (or set ${REPOS_ENV}), "

@@ -42,11 +42,31 @@ from swe_gym.tasks import Task
 
 SANDBOX_WORKDIR = "/testbed"
 # Top-level host directories NOT bound into the sandbox (private, volatile or host-specific).
-_HIDDEN_TOP = {"proc", "dev", "sys", "tmp", "root", "home", "run", "lost+found", "boot",
-               "mnt", "media", "old_root"}
+_HIDDEN_TOP = {
+    "proc",
+    "dev",
+    "sys",
+    "tmp",
+    "root",
+    "home",
+    "run",
+    "lost+found",
+    "boot",
+    "mnt",
+    "media",
+    "old_root",
+}
 _HOME_ROOTS = ("/root", "/home")
-_PASS_ENV = ("PATH", "LANG", "LC_ALL", "PYENV_ROOT", "PYENV_VERSION", "VIRTUAL_ENV",
-             "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+_PASS_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+)
 _GIT_TIMEOUT = 120.0
 
 
@@ -55,13 +75,21 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _git(*args: str, cwd: Path | str, env: dict[str, str] | None = None,
-         input: bytes | None = None) -> bytes:
+def _git(
+    *args: str, cwd: Path | str, env: dict[str, str] | None = None, input: bytes | None = None
+) -> bytes:
     """Run git on the host (as the caller); raise SandboxError with git's message on failure."""
     cmd = ["git", "-c", "safe.directory=*", "-c", "core.fsmonitor=false", *args]
     try:
-        p = subprocess.run(cmd, cwd=cwd, env=env, input=input, capture_output=True,
-                           timeout=_GIT_TIMEOUT, check=False)
+        p = subprocess.run(
+            cmd,
+            cwd=cwd,
+            env=env,
+            input=input,
+            capture_output=True,
+            timeout=_GIT_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired as e:
         raise SandboxError(f"`git {' '.join(args)}` timed out after {_GIT_TIMEOUT:g} s") from e
     if p.returncode != 0:
@@ -120,8 +148,14 @@ class LocalTransport:
             argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=env, cwd=cwd, start_new_session=True, close_fds=True,
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
                 pass_fds=(info_w,) if info_w is not None else (),
             )
         except OSError as e:
@@ -246,8 +280,11 @@ class LocalSandbox:
         command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
         network: bool = False,
     ):
-        for name, value in (("memory_mb", memory_mb), ("max_procs", max_procs),
-                            ("file_size_mb", file_size_mb)):
+        for name, value in (
+            ("memory_mb", memory_mb),
+            ("max_procs", max_procs),
+            ("file_size_mb", file_size_mb),
+        ):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.task = task
@@ -308,8 +345,11 @@ class LocalSandbox:
             if not self.sandboxed:
                 self.workdir = str(self.host_workdir)
             self._session = ShellSession(
-                self._spawn, self.workdir, env=self._shell_env(),
-                output_limit=self.output_limit, command_timeout=self.command_timeout,
+                self._spawn,
+                self.workdir,
+                env=self._shell_env(),
+                output_limit=self.output_limit,
+                command_timeout=self.command_timeout,
             )
             self._session.start()
         except BaseException:
@@ -333,8 +373,13 @@ class LocalSandbox:
         _git("read-tree", "-u", "--reset", sha, cwd=ws)
         _git("update-ref", "--no-deref", "HEAD", sha, cwd=ws)
         # Tags reachable from base (version tools such as setuptools_scm read them).
-        tags = _git("for-each-ref", f"--merged={sha}", "--format=%(objectname) %(refname)",
-                    "refs/tags", cwd=repo)
+        tags = _git(
+            "for-each-ref",
+            f"--merged={sha}",
+            "--format=%(objectname) %(refname)",
+            "refs/tags",
+            cwd=repo,
+        )
         if tags.strip():
             (ws / ".git" / "packed-refs").write_bytes(b"# pack-refs with: peeled\n" + tags)
 
@@ -367,8 +412,10 @@ class LocalSandbox:
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.setdefault("LANG", "C.UTF-8")
         limits = [
-            f"--nproc={self.max_procs}", f"--as={self.memory_mb << 20}",
-            f"--fsize={self.file_size_mb << 20}", "--core=0",
+            f"--nproc={self.max_procs}",
+            f"--as={self.memory_mb << 20}",
+            f"--fsize={self.file_size_mb << 20}",
+            "--core=0",
         ]
         shell = ["bash", "--norc", "--noprofile"]
         prlimit = shutil.which("prlimit")
@@ -390,15 +437,29 @@ class LocalSandbox:
                     "running as root, the sandbox needs `setpriv` (util-linux) to drop to an "
                     "unprivileged uid (the kernel ignores process limits for uid 0)"
                 )
-            inner = [setpriv, f"--reuid={self._uid}", f"--regid={self._uid}",
-                     "--clear-groups", "--", *inner]
+            inner = [
+                setpriv,
+                f"--reuid={self._uid}",
+                f"--regid={self._uid}",
+                "--clear-groups",
+                "--",
+                *inner,
+            ]
         return LocalTransport([*argv, "--", *inner], env, "/", sandboxed=True)
 
     def _bwrap_args(self) -> list[str]:
         assert self.root is not None and self.host_workdir is not None
         root_mode = self._uid is not None
-        args = ["--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid",
-                "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+        args = [
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+        ]
         if not self.network:
             args.append("--unshare-net")
         if not root_mode:
@@ -414,10 +475,25 @@ class LocalSandbox:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        args += ["--dev", "/dev", "--proc", "/proc", "--perms", "0755", "--dir", "/sys",
-                 "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",
-                 "--bind", str(self.root / "tmp"), "/tmp",
-                 "--bind", str(self.host_workdir), SANDBOX_WORKDIR]
+        args += [
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--perms",
+            "0755",
+            "--dir",
+            "/sys",
+            "--ro-bind-try",
+            "/sys/devices/system/cpu",
+            "/sys/devices/system/cpu",
+            "--bind",
+            str(self.root / "tmp"),
+            "/tmp",
+            "--bind",
+            str(self.host_workdir),
+            SANDBOX_WORKDIR,
+        ]
         for extra in [*self._home_toolchains(), *map(str, self._object_dirs())]:
             args += [*_parent_dirs(extra), "--ro-bind", extra, extra]
         if root_mode:
@@ -436,7 +512,9 @@ class LocalSandbox:
                 if not cand or not os.path.isabs(cand):
                     continue
                 for home in _HOME_ROOTS:
-                    parts = Path(cand).relative_to(home).parts if cand.startswith(home + "/") else ()
+                    parts = (
+                        Path(cand).relative_to(home).parts if cand.startswith(home + "/") else ()
+                    )
                     depth = 2 if home == "/home" else 1  # /home/<user>/<tool>, /root/<tool>
                     if len(parts) >= depth:
                         top = os.path.join(home, *parts[:depth])
@@ -553,8 +631,16 @@ class LocalSandbox:
             else:
                 _git("read-tree", self.task.base_commit, cwd=ws, env=env)
             _git("add", "-A", cwd=ws, env=env)
-            out = _git("diff", "--cached", "--binary", "--no-color", "--no-ext-diff",
-                       self.task.base_commit, cwd=ws, env=env)
+            out = _git(
+                "diff",
+                "--cached",
+                "--binary",
+                "--no-color",
+                "--no-ext-diff",
+                self.task.base_commit,
+                cwd=ws,
+                env=env,
+            )
         finally:
             with contextlib.suppress(FileNotFoundError):
                 index.unlink()

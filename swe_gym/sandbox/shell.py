@@ -259,7 +259,7 @@ class ShellSession:
         init = (
             f"exec 2>&1 {_SAVED_STDOUT_FD}>&1; set -m; set +o histexpand; "
             f"export {exports}; cd {shlex.quote(cwd)} 2>/dev/null || cd {shlex.quote(self.workdir)}; "
-            f"printf '%s %s %s\\n' __SWE_READY_{token}__ \"$$\" \"$PWD\"\n"
+            f'printf \'%s %s %s\\n\' __SWE_READY_{token}__ "$$" "$PWD"\n'
         )
         try:
             self.transport.write(init.encode())
@@ -315,7 +315,7 @@ class ShellSession:
         line = (
             f"eval {ansi_c_quote(command)} </dev/null; __swe_rc=$?; "
             f"exec 1>&{_SAVED_STDOUT_FD} 2>&1; "
-            f"printf '\\n%s %s %s\\n' {status} \"$__swe_rc\" \"$PWD\"; jobs -p; "
+            f'printf \'\\n%s %s %s\\n\' {status} "$__swe_rc" "$PWD"; jobs -p; '
             f"printf '%s\\n' {end}\n"
         )
         start = time.monotonic()
@@ -423,22 +423,60 @@ _EDIT_HINT = (
 )
 _VIEW_HINT = "print the file instead: cat, head, tail, or sed -n '10,40p' FILE"
 _INTERACTIVE: dict[str, str] = {
-    **dict.fromkeys(["vim", "vi", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe",
-                     "mcedit", "micro"], _EDIT_HINT),
+    **dict.fromkeys(
+        ["vim", "vi", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "mcedit", "micro"],
+        _EDIT_HINT,
+    ),
     **dict.fromkeys(["less", "more", "most"], _VIEW_HINT),
-    **dict.fromkeys(["top", "htop", "atop", "btop", "iotop"],
-                    "use a one-shot command instead: ps aux, or top -b -n 1"),
+    **dict.fromkeys(
+        ["top", "htop", "atop", "btop", "iotop"],
+        "use a one-shot command instead: ps aux, or top -b -n 1",
+    ),
     "man": "manual pages need a pager; use COMMAND --help instead",
     "info": "use COMMAND --help instead",
     "watch": "run the command once instead of watching it",
     **dict.fromkeys(["screen", "tmux"], "run commands directly; background jobs: CMD > log 2>&1 &"),
     **dict.fromkeys(["ssh", "telnet", "ftp", "sftp"], "there is no network access in the sandbox"),
 }
-_REPLS = {"python", "python2", "python3", "ipython", "ipython3", "node", "irb", "ghci", "lua",
-          "R", "julia", "sqlite3", "psql", "mysql", "bash", "sh", "zsh", "fish"}
+_REPLS = {
+    "python",
+    "python2",
+    "python3",
+    "ipython",
+    "ipython3",
+    "node",
+    "irb",
+    "ghci",
+    "lua",
+    "R",
+    "julia",
+    "sqlite3",
+    "psql",
+    "mysql",
+    "bash",
+    "sh",
+    "zsh",
+    "fish",
+}
 _REPL_VERSIONED = re.compile(r"^python\d+(\.\d+)?$")
-_SEPARATORS = {";", "&&", "||", "|", "&", "|&", "\n", "(", ")", "{", "}", "!", "then", "do",
-               "else", "elif"}
+_SEPARATORS = {
+    ";",
+    "&&",
+    "||",
+    "|",
+    "&",
+    "|&",
+    "\n",
+    "(",
+    ")",
+    "{",
+    "}",
+    "!",
+    "then",
+    "do",
+    "else",
+    "elif",
+}
 _PREFIXES = {"sudo", "exec", "command", "time", "nohup", "env", "nice", "timeout", "stdbuf"}
 
 
@@ -487,8 +525,9 @@ def interactive_command_message(cmd: str) -> str | None:
                 f"`{prog}` is interactive and cannot run here (there is no terminal and stdin "
                 f"is empty); {_INTERACTIVE[prog]}."
             )
-        if prog == "tail" and any(a in ("-f", "-F", "--follow") or a.startswith("--follow=")
-                                  for a in args):
+        if prog == "tail" and any(
+            a in ("-f", "-F", "--follow") or a.startswith("--follow=") for a in args
+        ):
             return "`tail -f` never ends; use `tail -n 50 FILE` to see the end of a file."
         if prog in _REPLS or _REPL_VERSIONED.match(prog):
             if not args or args == ["-i"]:
