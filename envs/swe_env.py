@@ -14,7 +14,6 @@ A malformed action is an observation, never an exception: ``info["invalid_action
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -130,7 +129,6 @@ class SWEEnv(gym.Env[str, str]):
         if self._done or self.sandbox is None:
             raise ResetNeeded("call reset() before step(): the episode is over or was never started")
         self.turn += 1
-        t0 = time.monotonic()
         text = action if isinstance(action, str) else str(action)
         parsed = parse_action(text, self.action_format)
         reward, terminated, truncated = 0.0, False, False
@@ -164,7 +162,6 @@ class SWEEnv(gym.Env[str, str]):
             self._close_sandbox()
         info["report"] = report.to_dict() if report else None
         info["resolved"] = bool(report and report.resolved)
-        info["step_time_s"] = time.monotonic() - t0
         info.update(extra)
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
