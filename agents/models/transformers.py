@@ -157,8 +157,8 @@ class TransformersModel:
     """A causal LM from transformers, sampling token ids with their log-probs.
 
     Args:
-        path_or_model: a model folder (or hub-style name already in the local cache), or a loaded
-            ``PreTrainedModel`` (e.g. the learner's policy, to sample from the live weights).
+        path_or_model: a model folder (or hub-style name already in the local cache), a ``.gguf``
+            file, or a loaded ``PreTrainedModel`` (e.g. the learner's policy, to sample from the live weights).
         tokenizer: a tokenizer or a folder; default: loaded from ``path_or_model``.
         gguf_file: file name of a GGUF checkpoint inside the folder (dequantized on load).
         dtype: ``float32`` (default), ``bfloat16`` or ``float16``; ignored for a loaded model.
@@ -185,6 +185,9 @@ class TransformersModel:
         if isinstance(path_or_model, (str, Path)):
             if dtype not in DTYPES:
                 raise unknown_choice("dtype", dtype, DTYPES)
+            if str(path_or_model).endswith(".gguf") and gguf_file is None:
+                # A GGUF file path: transformers wants its folder plus the file name.
+                gguf_file, path_or_model = Path(path_or_model).name, Path(path_or_model).parent
             source = str(path_or_model)
             kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
             if gguf_file is not None:
@@ -194,7 +197,7 @@ class TransformersModel:
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device)
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
-            default_name = Path(source).name or source
+            default_name = Path(gguf_file or source).name or source
         else:
             model = path_or_model
             source = getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -206,14 +209,18 @@ class TransformersModel:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name or default_name
-        self.device = torch.device(device) if isinstance(path_or_model, (str, Path)) else (
-            next(model.parameters()).device
+        self.device = (
+            torch.device(device)
+            if isinstance(path_or_model, (str, Path))
+            else (next(model.parameters()).device)
         )
         self.eos_token_ids = eos_ids(tokenizer, getattr(model, "generation_config", None))
         if not self.eos_token_ids:
             raise ValueError(f"model {self.name!r}: no eos_token_id in tokenizer or config")
         self.pad_token_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+            tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
+            else min(self.eos_token_ids)
         )
         self._seeds = random.Random(seed)
         self._seed_lock = threading.Lock()

@@ -282,7 +282,9 @@ class VLLMModel:
     def _generation(self, prompt: list[int], output: Any) -> Generation:
         completion = output.outputs[0]
         ids = [int(t) for t in completion.token_ids]
-        logprobs = [float(entry[t].logprob) for entry, t in zip(completion.logprobs, ids, strict=True)]
+        logprobs = [
+            float(entry[t].logprob) for entry, t in zip(completion.logprobs, ids, strict=True)
+        ]
         return Generation(
             text=decode_text(self.tokenizer, ids),
             token_ids=ids,
