@@ -68,6 +68,8 @@ INSTALL_CONFIG: dict[str, Any] = {
     "env_yml_path": [],
     "no_use_env": False,
 }
+# one-line: one line replaced; multi-hunk: several lines in one file; multi-file: several
+# files; feature: new behaviour asked for in the issue (checked in patch_problems).
 KINDS = ("one-line", "multi-hunk", "multi-file", "feature")
 DIFFICULTIES = ("easy", "medium", "hard")
 PASSING = ("PASSED", "XFAIL")  # the SWE-bench rule (methods.md section 2)
@@ -158,7 +160,34 @@ def patch_problems(task: Task) -> list[str]:
     problems += [
         f"test_patch touches non-test file {p}" for p in task.test_files if not is_test_path(p)
     ]
+    kind = task.meta.get("kind")
+    shape = patch_shape(task.patch)
+    expected = {
+        # exactly one line replaced (or added)
+        "one-line": shape["files"] == 1 and shape["removed"] <= 1 and shape["added"] == 1,
+        # one file, more than one line changed
+        "multi-hunk": shape["files"] == 1 and shape["removed"] + shape["added"] > 2,
+        "multi-file": shape["files"] >= 2,
+        "feature": shape["added"] > 0,
+    }
+    if kind not in expected:
+        problems.append(f"meta.kind {kind!r} is not one of {KINDS}")
+    elif not expected[kind]:
+        problems.append(f"meta.kind is {kind!r} but the patch changes {shape}")
+    if task.meta.get("num_modified_files") != shape["files"]:
+        problems.append(f"meta.num_modified_files is not {shape['files']}")
     return problems
+
+
+def patch_shape(patch: str) -> dict[str, int]:
+    """Files, hunks and changed lines of a git diff."""
+    lines = patch.splitlines()
+    return {
+        "files": sum(line.startswith("diff --git ") for line in lines),
+        "hunks": sum(line.startswith("@@ ") for line in lines),
+        "removed": sum(line.startswith("-") and not line.startswith("--- ") for line in lines),
+        "added": sum(line.startswith("+") and not line.startswith("+++ ") for line in lines),
+    }
 
 
 # -------------------------------------------------------------------------- validation
@@ -322,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     _write_history(name, hashes)
             print(f"{name:12s} {len(hashes)} commits, head {hashes[-1]}")
+
+    if failures:  # the cached repositories would not match; validating would only fail
+        for f in failures:
+            print("error:", f, file=sys.stderr)
+        return 1
 
     # 2. Compile the task folders and run each one before/after its gold patch.
     old_rows = {r["instance_id"]: r for r in read_tasks_file()}
