@@ -75,7 +75,7 @@ BASE_PACKAGES: tuple[str, ...] = (
 PULL_POLICIES = ("never", "if-missing", "always")
 WORKDIR = "/testbed"
 # Bumped when the layout of the generated Dockerfiles changes, so old cached images are not reused.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 # Fields of install_config that shape the environment image (the rest need the repository).
 ENV_FIELDS = ("python", "packages", "pip_packages", "env_vars", "env_yml_path", "reqs_path")
 INSTANCE_FIELDS = ("pre_install", "install")
@@ -455,15 +455,12 @@ def _docker_build(
         raise BuildError(tag, _tail("\n".join(lines)), "the build ended without an image")
 
 
-def _testbed_context(task: Task, dest: Path) -> Path:
-    """A clone of the task's repository at ``base_commit`` with no later history (no refs,
-    no reflog), so the agent cannot ``git log`` its way to the fix."""
-    try:
-        from swe_gym.repos import local_repo
-    except ImportError:  # only the bundled starter repositories without swe_gym.repos
-        from swe_gym.starter import repo_path as local_repo
+def _testbed_context(task: Task, dest: Path, repos_dir: str | os.PathLike | None = None) -> Path:
+    """A clone of the task's repository at ``base_commit`` with no later history (no branches,
+    no later tags, no reflog), so the agent cannot ``git log`` its way to the fix."""
+    from swe_gym.repos import local_repo
 
-    src = Path(local_repo(task.repo))
+    src = Path(local_repo(task.repo, repos_dir))
     out = dest / "testbed"
 
     def git(*args: str, cwd: Path | None = None) -> str:
@@ -484,6 +481,15 @@ def _testbed_context(task: Task, dest: Path) -> Path:
     git("checkout", "--quiet", "--detach", task.base_commit, cwd=out)
     refs = git("for-each-ref", "--format=%(refname)", cwd=out).split()
     for ref in refs:
+        if ref.startswith("refs/tags/"):  # tags at or before base_commit are history, not future
+            keep = subprocess.run(
+                ["git", "merge-base", "--is-ancestor", f"{ref}^{{commit}}", task.base_commit],
+                cwd=out,
+                capture_output=True,
+                timeout=60,
+            )
+            if keep.returncode == 0:
+                continue
         git("update-ref", "-d", ref, cwd=out)
     git("remote", "remove", "origin", cwd=out)
     git("reflog", "expire", "--expire=now", "--all", cwd=out)
@@ -498,8 +504,10 @@ def build_instance(
     build_network: str | None = None,
     base: str | None = None,
     rebuild: bool = False,
+    repos_dir: str | os.PathLike | None = None,
 ) -> str:
-    """Build (or reuse) the environment and instance images for ``task``; returns the tag."""
+    """Build (or reuse) the environment and instance images for ``task``; returns the tag.
+    The repository comes from ``swe_gym.repos.local_repo(task.repo, repos_dir)``."""
     from swe_gym.docker_daemon import get_client
 
     client = client or get_client()
@@ -523,7 +531,7 @@ def build_instance(
         if rebuild or not _image_exists(client, tag):
             log.info("building instance image %s for %s", tag, task.instance_id)
             with tempfile.TemporaryDirectory(prefix="swe-gym-ctx-") as tmp:
-                testbed = _testbed_context(task, Path(tmp))
+                testbed = _testbed_context(task, Path(tmp), repos_dir)
                 _docker_build(
                     client,
                     tag,
@@ -612,6 +620,7 @@ def ensure_image(
     build: bool = True,
     client: Any = None,
     build_network: str | None = None,
+    repos_dir: str | os.PathLike | None = None,
 ) -> str:
     """Return the name of a local image for ``task`` (or exactly ``image``), pulling or building.
 
@@ -657,7 +666,7 @@ def ensure_image(
                 _pull_failures[n] = str(e)
                 tried.append(f"{n} ({e})")
     if image is None and build:
-        tag = build_instance(task, client, build_network=build_network)  # type: ignore[arg-type]
+        tag = build_instance(task, client, build_network=build_network, repos_dir=repos_dir)  # type: ignore[arg-type]
         _resolved[key] = tag
         return tag
     raise ImageError(

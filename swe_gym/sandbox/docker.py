@@ -232,6 +232,7 @@ class DockerSandbox:
         client: Any = None,
         run_id: str | None = None,
         build: bool = True,
+        repos_dir: str | os.PathLike | None = None,
     ):
         if pull_policy not in PULL_POLICIES:
             raise unknown_choice("pull_policy", pull_policy, PULL_POLICIES)
@@ -252,6 +253,7 @@ class DockerSandbox:
         self.command_timeout = command_timeout
         self.output_limit = output_limit
         self.build = build
+        self.repos_dir = repos_dir  # where a local build finds the repository (swe_gym.repos)
         self.run_id = run_id or DEFAULT_RUN_ID
         self.episode_id = uuid.uuid4().hex[:12]
         self.labels = {
@@ -290,6 +292,7 @@ class DockerSandbox:
                     pull_policy=self.pull_policy,
                     build=self.build,
                     client=self.client,
+                    repos_dir=self.repos_dir,
                 )
             except Exception as e:
                 if is_connection_error(e):
@@ -517,23 +520,48 @@ class DockerSandbox:
     # ---------------------------------------------------------------------------------- files
 
     def _abs(self, path: str) -> str:
-        return posixpath.normpath(
-            path if path.startswith("/") else posixpath.join(self.workdir, path)
-        )
+        """``path`` inside the workspace as an absolute path; ValueError if it leaves it
+        (``..``, an absolute path elsewhere, or a symlink pointing out)."""
+        p = posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
+        if not self._inside(p):
+            raise ValueError(f"path {path!r} is outside the workspace {self.workdir}")
+        # A symlinked component could point out: resolve it in the container when there is one.
+        rel = posixpath.relpath(p, self.workdir)
+        cur = self.workdir
+        for part in [] if rel == "." else rel.split("/"):
+            cur = posixpath.join(cur, part)
+            st = self._stat(cur)
+            if st is None:
+                break  # does not exist (yet): nothing further can be a symlink
+            if st.get("mode", 0) & (1 << 27):  # Go's os.ModeSymlink
+                r = self.container.exec_run(["realpath", "-m", "--", p])
+                real = r.output.decode(errors="replace").strip()
+                if r.exit_code != 0 or not self._inside(real):
+                    raise ValueError(f"path {path!r} is outside the workspace {self.workdir}")
+                return real
+        return p
+
+    def _inside(self, p: str) -> bool:
+        return p == self.workdir or p.startswith(self.workdir.rstrip("/") + "/")
 
     def read_file(self, path: str) -> bytes:
         """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
         import docker.errors
 
         self._require()
-        p = self._abs(path)
+        try:
+            p = self._abs(path)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise self._container_gone(e) from None
         try:
             stream, stat = self.client.api.get_archive(self.container.id, p)
             data = b"".join(stream)
         except docker.errors.NotFound as e:
             if "no such container" in str(e).lower():
                 raise self._container_gone(e) from None
-            raise FileNotFoundError(f"{p} does not exist in the sandbox") from None
+            raise FileNotFoundError(f"{path} does not exist in the sandbox ({p})") from None
         except Exception as e:
             raise self._container_gone(e) from None
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -558,7 +586,12 @@ class DockerSandbox:
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write ``path`` (parents created; an existing file keeps its mode)."""
         self._require()
-        p = self._abs(path)
+        try:
+            p = self._abs(path)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise self._container_gone(e) from None
         raw = data.encode() if isinstance(data, str) else bytes(data)
         parent, name = posixpath.split(p)
         try:
@@ -600,7 +633,7 @@ class DockerSandbox:
             "set -e; idx=$(mktemp); trap 'rm -f \"$idx\"' EXIT; "
             'if [ -f .git/index ]; then cp .git/index "$idx"; else rm -f "$idx"; fi; '
             "export GIT_INDEX_FILE=$idx; git add -A; "
-            f"git -c core.fileMode=false diff --no-color --cached {base}"
+            f"git -c core.fileMode=false diff --no-color --binary --cached {base}"
         )
         try:
             r = self.container.exec_run(["bash", "-c", script], workdir=self.workdir, demux=True)
