@@ -179,3 +179,32 @@ def test_unknown_task_id_and_reset_option(make_env):
 def test_unknown_env_id_lists_ids():
     with pytest.raises(gym.error.Error):
         gym.make("SWEStarterr-v0")
+
+
+def _leftovers():
+    import glob
+    import tempfile
+
+    import psutil
+
+    dirs = set(glob.glob(f"{tempfile.gettempdir()}/swe_gym_local_*"))
+    procs = {p.pid for p in psutil.Process().children(recursive=True)}
+    return dirs, procs
+
+
+def test_nothing_leaks_after_close_or_an_exception(make_env):
+    dirs0, procs0 = _leftovers()
+    env = make_env()
+    env.reset(seed=0)
+    env.step(fenced("sleep 1000 &"))  # a background process the agent left behind
+    assert _leftovers()[0] - dirs0
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(RuntimeError, match="boom"):
+        with make_env() as env2:
+            env2.reset(seed=0)
+            env2.step(fenced("sleep 1000 &"))
+            raise RuntimeError("boom")
+    dirs1, procs1 = _leftovers()
+    assert dirs1 - dirs0 == set()
+    assert procs1 - procs0 == set()
