@@ -84,7 +84,7 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
         n = hidden.shape[0]
         inv_temp = ctx.inv_temp
         use_ent = ctx.with_entropy and grad_ent is not None
-        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_h = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
         # accumulate head grads in float32 whatever the parameter dtype
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
         grad_b = (
@@ -114,7 +114,7 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
             g_in = g.to(hidden.dtype)
             del g
             if need_h:
-                grad_h[s:e] = g_in @ weight
+                torch.mm(g_in, weight, out=grad_h[s:e])
             if need_w:
                 if grad_w.dtype == g_in.dtype:
                     grad_w.addmm_(g_in.t(), hidden[s:e])
