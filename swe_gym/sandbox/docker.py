@@ -503,7 +503,9 @@ class DockerSandbox:
         """At the pids limit nothing new can run (not even our kill exec): kill every process by
         restarting the container (its files stay) and open a fresh shell."""
         cur = self._pids_current()
-        if cur is None or cur < self.pids_limit - 2:
+        # A bomb's process count churns below the limit while its members die and fork again,
+        # so "near the limit" is read as at least half of it (after fork failures were seen).
+        if cur is None or cur < self.pids_limit // 2:
             return False
         try:
             if self._session is not None:
