@@ -25,7 +25,9 @@ TASKS_FILE = PKG_DIR / "tasks.jsonl"
 OWNER = "starter"
 DEFAULT_AUTHOR = "SWEStarter Maintainers <maintainers@swe-starter.invalid>"
 COMMITTER = DEFAULT_AUTHOR
-STORED_SUFFIX = ".txt"  # X.py is stored as X.py.txt
+# How repository files are stored in this package (see stored_to_repo_path).
+STORED_SUFFIX = ".txt"
+DOT_PREFIX = "dot_"
 GIT_TIMEOUT_S = 120
 
 
@@ -146,11 +148,20 @@ def snapshot_files(name: str, commit: Commit) -> dict[str, bytes]:
     for path in sorted(root.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts:
             continue
-        rel = path.relative_to(root).as_posix()
-        if rel.endswith(".py" + STORED_SUFFIX):
-            rel = rel[: -len(STORED_SUFFIX)]
-        files[rel] = path.read_bytes()
+        files[stored_to_repo_path(path.relative_to(root).as_posix())] = path.read_bytes()
     return files
+
+
+def stored_to_repo_path(stored: str) -> str:
+    """``textkit/wrap.py.txt`` -> ``textkit/wrap.py``; ``dot_gitignore.txt`` -> ``.gitignore``.
+
+    One trailing ``.txt`` is dropped and a ``dot_`` prefix becomes ``.``, so every source file
+    is package data (``*.txt``, ``*.md``, ``*.json``; no dotfiles) and no ``.py`` file of a
+    task repository is linted, imported or collected as part of this project.
+    """
+    parts = stored.split("/")
+    parts[-1] = parts[-1].removesuffix(STORED_SUFFIX)
+    return "/".join("." + p[len(DOT_PREFIX) :] if p.startswith(DOT_PREFIX) else p for p in parts)
 
 
 def _git_time(iso: str) -> str:

@@ -6,8 +6,9 @@ Layout of the sources (everything a reviewer reads):
   ``message``, ``date`` (ISO 8601), optional ``author`` (``"Name <email>"``), optional
   ``delete`` (paths removed in that commit) and ``hash`` (written by this script).
 - ``repos/<name>/<dir>/``: the files that commit adds or changes, full contents. Later commits
-  overlay earlier ones. A stored ``X.py.txt`` becomes ``X.py`` in the repository, so the
-  sources are not linted, imported or collected as part of this project.
+  overlay earlier ones. Names are stored so that everything is package data: one trailing
+  ``.txt`` is dropped and a ``dot_`` prefix becomes ``.`` (``wrap.py.txt`` -> ``wrap.py``,
+  ``dot_gitignore.txt`` -> ``.gitignore``); ``README.md`` stays as it is.
 - ``tasks/<instance_id>/``: ``issue.md`` (the problem statement), ``fix.patch`` (gold patch,
   non-test files), ``test.patch`` (test files), ``meta.json`` (``repo``, ``base`` = snapshot
   folder of the base commit, ``created_at``, ``difficulty``, ``kind``, ``FAIL_TO_PASS``).

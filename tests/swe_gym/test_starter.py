@@ -121,6 +121,18 @@ def test_build_is_deterministic_and_ignores_user_git_config(tmp_path, monkeypatc
     assert not bases
 
 
+def test_sources_are_package_data():
+    # pyproject's package-data patterns are *.txt, *.md, *.json (no dotfiles): a wheel that
+    # missed a file would build different hashes.
+    stored = [p for p in core.REPOS_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert stored
+    odd = [p for p in stored if p.suffix not in (".txt", ".md", ".json") or p.name.startswith(".")]
+    assert not odd
+    assert core.stored_to_repo_path("a/dot_github/dot_gitignore.txt") == "a/.github/.gitignore"
+    assert core.stored_to_repo_path("pkg/mod.py.txt") == "pkg/mod.py"
+    assert core.stored_to_repo_path("README.md") == "README.md"
+
+
 def test_tasks_jsonl_matches_the_task_folders(tmp_path):
     commits = {name: {c.dir: c.hash for c in core.load_history(name)} for name in core.repo_names()}
     rows = {r["instance_id"]: r for r in core.read_tasks_file()}
