@@ -136,6 +136,17 @@ def test_grad_checkpointing_gives_the_same_update_and_bf16_runs():
     assert bf.model.embed_tokens.weight.dtype == torch.float32  # autocast, not a cast
 
 
+def test_per_token_advantages_equal_broadcast_sequence_advantage():
+    samples = make_samples(4, seed=11)
+    per_token = [Sample(s.input_ids, s.loss_mask, s.old_logprobs, [s.advantage] * len(s))
+                 for s in samples]
+    base = tiny_llama()
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    Learner(a, LearnerConfig(lr=1e-3)).train_step(samples)
+    Learner(b, LearnerConfig(lr=1e-3)).train_step(per_token)
+    params_close(a, b, atol=0.0)
+
+
 def test_sft_lowers_nll_on_its_data():
     samples = make_samples(4, seed=6)
     learner = Learner(tiny_llama(), LearnerConfig(lr=3e-3, loss="sft", weight_decay=0.0))
@@ -222,14 +233,45 @@ def test_resume_from_checkpoint_matches_uninterrupted(tmp_path):
     assert hf.model.norm.weight.shape == (32,)
 
 
-def test_tied_embeddings_checkpoint_roundtrip(tmp_path):
-    learner = Learner(tiny_llama(tied=True), LearnerConfig(lr=1e-3))
+def _word_tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0, "fix": 1, "the": 2, "bug": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+def test_tied_embeddings_checkpoint_roundtrip_with_tokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    learner = Learner(tiny_llama(tied=True), LearnerConfig(lr=1e-3), tokenizer=_word_tokenizer())
     learner.train_step(make_samples(2, seed=10))
     learner.save_checkpoint(tmp_path / "c")
+    assert AutoTokenizer.from_pretrained(tmp_path / "c")("fix the bug")["input_ids"] == [1, 2, 3]
     other = Learner(tiny_llama(seed=3, tied=True), LearnerConfig(lr=1e-3))
     other.load_checkpoint(tmp_path / "c")
     params_close(learner.model, other.model, atol=0.0)
     assert other.model.lm_head.weight is other.model.model.embed_tokens.weight
+
+
+def test_checkpoint_survives_a_kill_between_the_two_renames(tmp_path):
+    learner = Learner(tiny_llama(), LearnerConfig(lr=1e-3))
+    learner.train_step(make_samples(2, seed=12))
+    learner.save_checkpoint(tmp_path / "c", extra_state={"n": 1})
+    # what a kill right after "rename old checkpoint aside" leaves: no c, a .c.old-* sibling,
+    # and a finished or torn .c.tmp-* that must not be trusted
+    (tmp_path / "c").rename(tmp_path / ".c.old-1-abcd")
+    (tmp_path / ".c.tmp-1-ef01").mkdir()
+    other = Learner(tiny_llama(seed=4), LearnerConfig(lr=1e-3))
+    assert other.load_checkpoint(tmp_path / "c") == {"n": 1} and other.step == 1
+    params_close(learner.model, other.model, atol=0.0)
+    other.save_checkpoint(tmp_path / "c")  # the next save clears the torn temp dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        other.load_checkpoint(tmp_path / "missing")
 
 
 SCRIPT = textwrap.dedent("""
