@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -221,35 +222,42 @@ class PlainValidation:
         )
 
 
-def parse_pytest_log(log: str) -> dict[str, str]:
-    """swebench 5.0.2's ``parse_log_pytest`` (the parser named in install_config)."""
+def parse_pytest_log(log: str, parser: str = "parse_log_pytest") -> dict[str, str]:
+    """Parse a test log with swebench 5.0.2's parser of that name (``parse_log_pytest``)."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    # parse_log_pytest never reads its test_spec argument.
-    return PARSER_REGISTRY[INSTALL_CONFIG["log_parser"]](log, None)
+    if parser not in PARSER_REGISTRY:
+        raise ValueError(f"unknown log_parser {parser!r}; swebench knows {len(PARSER_REGISTRY)}")
+    # The pytest parsers never read their test_spec argument.
+    return PARSER_REGISTRY[parser](log, None)
 
 
-def run_tests(workdir: Path, timeout: float = TEST_TIMEOUT_S) -> tuple[str, dict[str, str]]:
-    """Run the task's test command (``pytest -rA``) in ``workdir``; return (log, statuses).
+def run_tests(
+    workdir: Path, test_cmd: str = "pytest -rA", timeout: float = TEST_TIMEOUT_S
+) -> tuple[str, str]:
+    """Run a pytest ``test_cmd`` (install_config's) in ``workdir``; return (log, exit code).
 
-    ``python -P`` keeps the working directory off ``sys.path``, as the plain ``pytest`` command
-    would, so a repository that only imports with ``python -m`` fails here too.
+    ``pytest`` runs as ``python -P -m pytest``: this interpreter, with the working directory
+    kept off ``sys.path`` as the plain ``pytest`` command would, so a repository that only
+    imports under ``python -m`` fails here too.
     """
+    argv = shlex.split(test_cmd)
+    if not argv or argv[0] != "pytest":
+        raise ValueError(f"validate_task_plain runs pytest commands only, got {test_cmd!r}")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # The task environment installs pytest alone (install_config pip_packages); plugins that
     # happen to be installed here (benchmark, timeout, ...) would only slow each run down.
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "pytest", "-rA", "-p", "no:cacheprovider"],
+        [sys.executable, "-P", "-m", "pytest", *argv[1:], "-p", "no:cacheprovider"],
         cwd=workdir,
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
     )
-    log = proc.stdout + proc.stderr
-    return log, parse_pytest_log(log)
+    return proc.stdout + proc.stderr, str(proc.returncode)
 
 
 def _apply(workdir: Path, patch: str, what: str) -> str | None:
@@ -269,6 +277,7 @@ def validate_task_plain(task: Task, workdir: Path) -> PlainValidation:
     """
     start = time.monotonic()
     result = PlainValidation(task.instance_id, problems=patch_problems(task))
+    config = task.install_config or INSTALL_CONFIG
     repo = ensure_repo(short_name(task.repo), [task.base_commit])
     wt = Path(tempfile.mkdtemp(prefix=f"{task.instance_id}-", dir=workdir))
     try:
@@ -285,7 +294,8 @@ def validate_task_plain(task: Task, workdir: Path) -> PlainValidation:
             if problem:
                 result.problems.append(problem)
                 return result
-            log, statuses = run_tests(wt)
+            log, _ = run_tests(wt, config["test_cmd"])
+            statuses = parse_pytest_log(log, config["log_parser"])
             if not statuses:
                 result.problems.append(
                     f"no test results {attr} the gold patch; log tail:\n{log[-2000:]}"

@@ -237,3 +237,11 @@ def test_gold_patch_that_does_not_apply_is_reported(cache, tmp_path):
     broken = dataclasses.replace(task, patch=task.patch.replace("\n-", "\n-XX", 1))
     res = build.validate_task_plain(broken, tmp_path)
     assert any(p.startswith("patch does not apply") for p in res.problems), res.problems
+
+
+def test_build_check_cli_passes_for_a_task(cache, capsys):
+    assert build.main(["--check", "--task", "starter__textkit-1"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   starter__textkit-1" in out
+    for name in core.repo_names():
+        assert f"{name:12s}" in out
