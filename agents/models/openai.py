@@ -18,6 +18,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import os
+import random
 import time
 from typing import Any
 
@@ -28,7 +29,6 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from agents.protocols import Conversation, Generation, SamplingParams
@@ -175,7 +175,8 @@ class OpenAIModel:
         if isinstance(exc, _Retryable) and exc.retry_after is not None:
             return min(exc.retry_after, self.max_retry_after_s)
         initial, maximum = self.backoff_s
-        return wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)(state)
+        # Exponential with jitter, so parallel episodes hitting one endpoint do not retry in step.
+        return min(maximum, initial * 2 ** (state.attempt_number - 1)) + random.uniform(0, initial)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path

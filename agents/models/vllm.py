@@ -83,7 +83,8 @@ class VLLMModel:
         dtype: ``auto`` (the checkpoint's), ``bfloat16``, ``float32``, ...
         seed: engine seed (requests without ``SamplingParams.seed`` draw from it).
         enforce_eager: default True on CPU (no graph capture), False elsewhere.
-        kv_cache_gib: CPU only: KV cache size (``VLLM_CPU_KVCACHE_SPACE``) when not already set.
+        kv_cache_gib: CPU only: KV cache GiB (``VLLM_CPU_KVCACHE_SPACE``, whole GiB) when that
+            variable is not already set.
         name: the model's name in trajectories; default: the folder name.
         batch_window_s: how long an idle engine waits for more requests before it starts.
         engine_kwargs: passed to ``vllm.LLM``.
@@ -98,7 +99,7 @@ class VLLMModel:
         dtype: str = "auto",
         seed: int = 0,
         enforce_eager: bool | None = None,
-        kv_cache_gib: float = 1.0,
+        kv_cache_gib: int = 1,
         name: str | None = None,
         batch_window_s: float = 0.01,
         **engine_kwargs: Any,
@@ -109,7 +110,7 @@ class VLLMModel:
         if on_cpu:
             # Defaults only; an explicit environment wins (and vLLM reads these at engine start).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
         from transformers import AutoTokenizer
         from vllm import LLM
 
