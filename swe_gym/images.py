@@ -75,7 +75,7 @@ BASE_PACKAGES: tuple[str, ...] = (
 PULL_POLICIES = ("never", "if-missing", "always")
 WORKDIR = "/testbed"
 # Bumped when the layout of the generated Dockerfiles changes, so old cached images are not reused.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 # Fields of install_config that shape the environment image (the rest need the repository).
 ENV_FIELDS = ("python", "packages", "pip_packages", "env_vars", "env_yml_path", "reqs_path")
 INSTANCE_FIELDS = ("pre_install", "install")
@@ -330,7 +330,12 @@ def _shell_quote(s: str) -> str:
 
 def _env_dockerfile(recipe: Recipe) -> str:
     env = recipe.env
-    lines = [f"FROM {recipe.base}", 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]']
+    lines = [
+        f"FROM {recipe.base}",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        # SWE-bench images and test commands say `python`; Debian's base only has `python3`.
+        "RUN command -v python >/dev/null || ln -s /usr/bin/python3 /usr/local/bin/python",
+    ]
     py = str(env.get("python", "")).strip()
     if py:
         # The base has Debian's python3; a recipe that asks for another one is recorded and

@@ -179,14 +179,16 @@ def test_network_is_unreachable(make_sb):
         server.close()
 
 
-def test_writes_outside_the_workspace_fail(make_sb, tmp_path):
+def test_writes_outside_the_workspace_fail(make_sb, backend, tmp_path):
     marker = tmp_path / "host_secret.txt"
     marker.write_text("host file")
     sb = make_sb()
     home = str(Path.home())
     for target in ["/usr/sandbox_probe", f"{home}/sandbox_probe", "/etc/sandbox_probe"]:
         r = sb.run(f"echo x > {target}")
-        assert r.exit_code != 0, target
+        if backend == "local":  # the host's tree is bound read-only
+            assert r.exit_code != 0, target
+        # A container has its own root file system: a write there may succeed, never on the host.
         assert not Path(target).exists()
     assert sb.run(f"test -e {marker}").exit_code != 0  # the host's /tmp is not visible
     name = f"/tmp/scratch_{marker.parent.name}"
@@ -285,7 +287,8 @@ def test_two_sandboxes_on_one_task_do_not_share_state(make_sb):
     assert b.diff() == "" and "A" in a.diff()
 
 
-def test_the_python_interpreter_of_the_host_toolchain_runs(make_sb):
+def test_the_python_interpreter_of_the_host_toolchain_runs(make_sb, backend):
     sb = make_sb()
-    r = sb.run(f"{sys.executable} -c 'print(6 * 7)'", timeout=30)
+    python = sys.executable if backend == "local" else "python"  # the image's own interpreter
+    r = sb.run(f"{python} -c 'print(6 * 7)'", timeout=30)
     assert r.output == "42\n", r.output
