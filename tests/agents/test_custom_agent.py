@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from agents.react import run_episode
 
-SNIPPET = '''
+SNIPPET = """
 import gymnasium as gym
 
 import swe_gym  # registers the envs
 from agents.react import run_episode
 
 
-class LookThenSubmit:
-    """An agent is anything with reset() and act(): text in, text out."""
-
+class LookThenSubmit:  # an agent: any object with reset() and act(), text in, text out
     def reset(self, observation, info):
         self.turn = 0
 
@@ -25,7 +23,7 @@ class LookThenSubmit:
 env = gym.make("SWEStarter-v0", max_turns=10)
 traj = run_episode(env, LookThenSubmit())
 print(traj.finish_reason, traj.reward, len(traj.turns))
-'''
+"""
 
 
 def test_readme_custom_agent_snippet(capsys):

@@ -99,7 +99,7 @@ def test_failing_and_hanging_episodes_do_not_stall_the_others(starter_task_ids):
     try:
         # concurrency 2: the hung episode holds a slot; the rest must still get through.
         trajs = rollout(
-            factory, model, tasks, concurrency=2, episode_timeout_s=20, progress=seen.append
+            factory, model, tasks, concurrency=2, episode_timeout_s=15, progress=seen.append
         )
     finally:
         model.release.set()  # released only after rollout returned: it did not wait for it

@@ -88,7 +88,7 @@ def test_model_was_conditioned_on_the_trajectory_prefix(tokenizer, make_env, rec
     long_reply = "```bash\necho " + "x" * 400 + "\n```"
     model = recording(ScriptedModel(_episode_script(long_reply), tokenizer=tokenizer))
     traj = run_episode(
-        make_env(), model, agent_kwargs={"params": SamplingParams(max_new_tokens=40)}
+        make_env(), model, agent_kwargs={"params": SamplingParams(max_new_tokens=100)}
     )
     assert traj.finish_reason == "submitted", traj.error
     assert traj.token_exact
