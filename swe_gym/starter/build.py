@@ -275,6 +275,8 @@ def validate_task_plain(task: Task, workdir: Path) -> PlainValidation:
     and parses both logs with swebench's ``parse_log_pytest``. Every FAIL_TO_PASS test must not
     pass before and must pass after; every PASS_TO_PASS test must pass both times.
     """
+    from swe_gym.grading import test_command
+
     start = time.monotonic()
     result = PlainValidation(task.instance_id, problems=patch_problems(task))
     config = task.install_config or INSTALL_CONFIG
@@ -294,7 +296,9 @@ def validate_task_plain(task: Task, workdir: Path) -> PlainValidation:
             if problem:
                 result.problems.append(problem)
                 return result
-            log, _ = run_tests(wt, config["test_cmd"])
+            # The grading rule's command: test_cmd plus the files the test patch touches
+            # (SWE-bench's test directives), so PASS_TO_PASS holds only tests grading runs.
+            log, _ = run_tests(wt, test_command(task))
             statuses = parse_pytest_log(log, config["log_parser"])
             if not statuses:
                 result.problems.append(
