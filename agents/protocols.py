@@ -72,7 +72,14 @@ class Model(Protocol):
 
 @runtime_checkable
 class Agent(Protocol):
-    """Given the env's observation and info, return the next action text."""
+    """Given the env's observation and info, return the next action text.
+
+    ``agents.react.run_episode`` calls ``reset(prompt, info)`` once, then ``act(observation,
+    info)`` every turn (turn 0 gets the prompt again). Optional extras it reads when present:
+    ``last_turn`` (an ``agents.trajectory.Turn`` with the token record of the last ``act``),
+    ``token_exact`` (bool) and ``describe()`` (model name, sampling and agent settings). Raising
+    an ``agents.react.AgentStop`` subclass ends the episode with its ``finish_reason``.
+    """
 
     def reset(self, observation: str, info: dict[str, Any]) -> None: ...
 

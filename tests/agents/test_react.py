@@ -96,17 +96,20 @@ def test_undecodable_reply_is_cleaned_before_the_env(make_env, tiny_tokenizer):
     assert traj.turns[0].completion_logprobs == [-1.0, -2.0]
 
 
-def test_context_overflow_mid_episode(make_env, smollm2_tokenizer, recording):
+def test_context_overflow_mid_episode(make_env, smollm2_tokenizer, recording, starter_task_ids):
+    task_id = starter_task_ids[0]  # the same task twice: the same prompt and observations
     model = recording(ScriptedModel([LS, LS, LS, LS, SUBMIT], tokenizer=smollm2_tokenizer))
     ct = ChatTemplate(smollm2_tokenizer)
     env = make_env()
     # Measure one turn, then allow about two.
-    probe = run_episode(env, ScriptedModel([LS, SUBMIT], tokenizer=smollm2_tokenizer))
+    probe = run_episode(
+        env, ScriptedModel([LS, SUBMIT], tokenizer=smollm2_tokenizer), task_id=task_id
+    )
     first = len(probe.turns[0].prompt_delta_ids) + len(probe.turns[0].completion_ids)
     second = len(probe.turns[1].prompt_delta_ids)
     budget = first + second + 8
     assert budget > first + len(ct.end_of_turn_ids)
-    traj = run_episode(env, model, agent_kwargs={"max_context_tokens": budget})
+    traj = run_episode(env, model, task_id=task_id, agent_kwargs={"max_context_tokens": budget})
     assert traj.finish_reason == "context_overflow", traj.error
     assert 1 <= len(traj.turns) < 5
     assert "max_context_tokens" in traj.error
