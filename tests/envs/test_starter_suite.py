@@ -70,7 +70,13 @@ def test_validator_passes_on_the_bundled_suite(capsys):
 
 def test_validator_fails_on_a_broken_gold_patch(capsys):
     task = TASKS[0].to_dict()
-    task["patch"] = task["patch"].replace("\n+", "\n+# nothing\n+", 1).replace("@@ -", "@@ -9999", 1)
+    # A gold patch whose old lines are not in the file: no fallback (git apply, --reject,
+    # patch --fuzz) can apply it.
+    path = task["patch"].split(" b/", 1)[1].split("\n", 1)[0]
+    task["patch"] = (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+        "@@ -1,2 +1,2 @@\n-no such line one\n-no such line two\n+x\n+y\n"
+    )
     import json
     import tempfile
 
