@@ -18,6 +18,7 @@ ENV_SPECS: dict[str, tuple[str, dict]] = {
     ),
     "SWEGym-v0": ("envs.swe_env:SWEEnv", {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"}),
     "SWERL-v0": ("envs.swerl_env:SWERLEnv", {"tasks": "starter"}),
+    "ToyKeyword-v0": ("envs.toy:ToyKeywordEnv", {}),
 }
 
 

@@ -1,0 +1,370 @@
+"""Config machinery shared by the entry points: flat dataclasses -> ``--help``, YAML, CLI.
+
+Each algorithm has ONE flat dataclass (``RFTConfig``, ``GRPOConfig``, ``DAPOConfig``; the run-level
+fields they share come from :class:`RunConfig`). The docstring string under a field is its
+``--help`` text (read from the class source, so the code is the documentation). Values are
+resolved in this order, later wins::
+
+    dataclass defaults < --preset / --stage YAML < --config FILE.yaml < --resume RUN_DIR's
+    saved config < command-line flags (--lr 1e-6)
+
+Validation lives in each class's ``__post_init__`` and runs before any work, with messages that
+say what to set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+import time
+import types
+import typing
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from swe_gym.errors import unknown_choice
+
+C = TypeVar("C")
+
+PRESET_DIR = Path(__file__).parent / "presets"
+CONFIG_FILE = "config.yaml"  # the resolved config, written into every run directory
+LOGGERS = ("jsonl", "tensorboard", "wandb")
+ENGINES = ("transformers", "vllm")
+DTYPES = ("float32", "bfloat16")
+
+
+class ConfigError(ValueError):
+    """A config value is wrong or contradicts another; raised before any work is done."""
+
+
+# ------------------------------------------------------------------------------------------
+# Field docstrings
+# ------------------------------------------------------------------------------------------
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` from the string literal right under each field in the class body
+    (base classes first, so a subclass's redefinition wins)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:] + [None], strict=True):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+# ------------------------------------------------------------------------------------------
+# Types: parse CLI strings and YAML values into the field's type
+# ------------------------------------------------------------------------------------------
+
+
+def _resolved_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _strip_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def coerce(name: str, tp: Any, value: Any) -> Any:
+    """``value`` (a CLI string or a YAML value) as type ``tp``; a clear error otherwise."""
+    inner, optional = _strip_optional(tp)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional or value is None:
+            return None
+    origin = typing.get_origin(inner)
+    try:
+        if inner is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true/false")
+        if inner is int:
+            if isinstance(value, bool):
+                raise ValueError("expected an integer")
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError("expected an integer")
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if inner is float:
+            return float(value)
+        if inner is str:
+            return str(value)
+        if origin in (list, tuple) or inner in (list, tuple):
+            if isinstance(value, str):
+                text = value.strip()
+                value = json.loads(text) if text.startswith("[") else [
+                    v.strip() for v in text.split(",") if v.strip()]
+            args = typing.get_args(inner)
+            item = args[0] if args else Any
+            items = [v if item is Any else coerce(name, item, v) for v in value]
+            return tuple(items) if origin is tuple or inner is tuple else items
+        if origin is dict or inner is dict:
+            if isinstance(value, str):
+                value = json.loads(value)
+            if not isinstance(value, dict):
+                raise ValueError("expected a mapping (JSON object on the command line)")
+            return dict(value)
+    except (ValueError, TypeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{name}: cannot read {value!r} as {_type_name(tp)} ({e})") from None
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    inner, optional = _strip_optional(tp)
+    name = getattr(inner, "__name__", str(inner)).replace("typing.", "")
+    if typing.get_origin(inner) is list:
+        name = "list (comma-separated or JSON)"
+    elif typing.get_origin(inner) is dict or inner is dict:
+        name = "JSON object"
+    return f"{name} or none" if optional else name
+
+
+# ------------------------------------------------------------------------------------------
+# Building a config from layers
+# ------------------------------------------------------------------------------------------
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of field: value, got {type(data).__name__}")
+    return data
+
+
+def _check_keys(cls: type, values: dict[str, Any], where: str) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in names:
+            raise unknown_choice(f"{cls.__name__} field (in {where})", key, sorted(names))
+
+
+def build_config(cls: type[C], *layers: tuple[str, dict[str, Any]]) -> C:
+    """``cls(**merged layers)``; each layer is ``(where it came from, {field: value})``."""
+    hints = _resolved_types(cls)
+    merged: dict[str, Any] = {}
+    for where, values in layers:
+        _check_keys(cls, values, where)
+        for key, value in values.items():
+            merged[key] = coerce(key, hints[key], value)
+    return cls(**merged)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain values (tuples as lists), ready for YAML/JSON."""
+    out = dataclasses.asdict(config)
+    return json.loads(json.dumps(out, default=str))
+
+
+def save_config(config: Any, run_dir: str | Path) -> Path:
+    path = Path(run_dir) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def available_presets(prefix: str) -> dict[str, Path]:
+    """``{name: file}`` of ``presets/<prefix>_<name>.yaml``."""
+    return {
+        p.stem[len(prefix) + 1 :]: p for p in sorted(PRESET_DIR.glob(f"{prefix}_*.yaml"))
+    }
+
+
+def build_parser(cls: type, prog: str, description: str, prefix: str,
+                 stages: bool = False) -> argparse.ArgumentParser:
+    """One ``--flag`` per field (help = the field docstring), plus --config/--preset/--resume."""
+    p = argparse.ArgumentParser(
+        prog=prog, description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    presets = available_presets(prefix)
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML file of field: value")
+    p.add_argument("--preset", choices=sorted(presets) or None,
+                   help=f"a bundled preset (algos/presets/{prefix}_<name>.yaml)")
+    if stages:
+        p.add_argument("--stage", type=int, choices=[1, 2],
+                       help="Nebius stage preset (same as --preset stage1/stage2)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR (its saved config; flags still override)")
+    docs = field_docs(cls)
+    hints = _resolved_types(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name == "resume":  # set by --resume RUN_DIR
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        p.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+            metavar=_type_name(hints[f.name]).split(" ")[0].upper(),
+            help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%"),
+        )
+    return p
+
+
+def parse_config(cls: type[C], argv: Sequence[str] | None, *, prog: str, description: str,
+                 prefix: str, stages: bool = False) -> C:
+    """Parse the command line into ``cls`` (see the module docstring for the layer order)."""
+    parser = build_parser(cls, prog, description, prefix, stages)
+    args = vars(parser.parse_args(argv))
+    layers: list[tuple[str, dict[str, Any]]] = []
+    presets = available_presets(prefix)
+    preset = args.pop("preset", None)
+    stage = args.pop("stage", None)
+    if stage is not None:
+        if preset is not None:
+            raise ConfigError(f"give --stage or --preset, not both (got --stage {stage} "
+                              f"--preset {preset})")
+        preset = f"stage{stage}"
+    if preset is not None:
+        if preset not in presets:
+            raise unknown_choice("preset", preset, presets)
+        layers.append((f"preset {preset}", load_yaml(presets[preset])))
+    config_file = args.pop("config", None)
+    if config_file:
+        layers.append((str(config_file), load_yaml(config_file)))
+    resume = args.pop("resume", None)
+    if resume:
+        saved = Path(resume) / CONFIG_FILE
+        if not saved.is_file():
+            raise ConfigError(f"--resume {resume}: no {CONFIG_FILE} there; is it a run directory "
+                              f"written by {prog}?")
+        layers.append((str(saved), load_yaml(saved)))
+    layers.append(("command line", args))
+    if resume:
+        layers.append(("--resume", {"run_dir": str(resume), "resume": True}))
+    return build_config(cls, *layers)
+
+
+# ------------------------------------------------------------------------------------------
+# The run-level fields every algorithm shares
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    """What a run is made of: env, policy, sampling engine, logging, checkpoints."""
+
+    run_dir: str | None = None
+    """Output folder (metrics.jsonl, checkpoints, config.yaml); default runs/<algo>-<time>."""
+    seed: int = 0
+    """Seeds torch, the task sampler and the episodes."""
+    env: str = "SWEStarter-v0"
+    """Registered env id (multi-turn SWEStarter-v0, single-turn SWERL-v0, ToyKeyword-v0, ...)."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Extra gym.make keyword arguments (JSON on the command line)."""
+    tasks: list[str] | None = None
+    """Task ids forming the training pool (default: every task of the env)."""
+    policy: str = "smollm2"
+    """The model trained: 'smollm2' (bundled SmolLM2-135M-Instruct), 'tiny-random' (a tiny random
+    Llama with SmolLM2's tokenizer, for tests) or a Hugging Face model folder."""
+    engine: str = "transformers"
+    """Rollout engine sampling from the policy: 'transformers' (shares the module when
+    engine_dtype is float32, else a copy updated every iteration) or 'vllm' (in-process)."""
+    engine_dtype: str = "float32"
+    """Weights dtype of the rollout engine: float32 or bfloat16."""
+    rollout_model: str = "policy"
+    """'policy' samples on-policy from the engine; any agents.load_model spec (oracle,
+    scripted:FILE) rolls out with that model instead (off-policy: old log-probs are recomputed)."""
+    concurrency: int = 4
+    """Episodes run at once."""
+    max_turns: int = 40
+    """Agent turns per episode (also the env's turn limit for multi-turn envs)."""
+    max_new_tokens: int = 1024
+    """Tokens sampled per turn."""
+    max_context_tokens: int = 65536
+    """Prompt + completion budget of an episode; longer trajectories are truncated for the
+    learner (counted as 'truncated')."""
+    temperature: float = 1.0
+    """Sampling temperature (top-k/top-p stay off: methods.md 4)."""
+    max_consecutive_invalid: int | None = 5
+    """Invalid actions in a row before the agent gives up (none: no cap)."""
+    episode_timeout_s: float | None = None
+    """Wall-clock limit of one episode (none: no limit)."""
+    micro_batch_tokens: int = 8192
+    """Token budget of one forward/backward micro-batch."""
+    bf16: bool = False
+    """bfloat16 autocast in the learner (fast on CPUs with AMX/AVX512-BF16 and on GPUs)."""
+    grad_checkpointing: bool = False
+    """Activation checkpointing in the learner."""
+    log: list[str] = field(default_factory=lambda: ["jsonl"])
+    """Metric sinks: jsonl (always on), tensorboard, wandb (used when installed)."""
+    wandb_project: str = "swe-gym-rl"
+    """Weights & Biases project when 'wandb' is in log."""
+    checkpoint_every: int = 1
+    """Save a checkpoint every N iterations/steps (0: only at the end and on Ctrl-C)."""
+    progress: bool = True
+    """Show a tqdm progress bar with ETA."""
+    resume: bool = False
+    """Continue from run_dir's latest checkpoint (set by --resume RUN_DIR)."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise unknown_choice("engine", self.engine, ENGINES)
+        if self.engine_dtype not in DTYPES:
+            raise unknown_choice("engine_dtype", self.engine_dtype, DTYPES)
+        self.log = list(self.log)
+        for name in self.log:
+            if name not in LOGGERS:
+                raise unknown_choice("log sink", name, LOGGERS)
+        if "jsonl" not in self.log:
+            self.log.insert(0, "jsonl")
+        for name in ("concurrency", "max_turns", "max_new_tokens", "max_context_tokens",
+                     "micro_batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ConfigError(
+                f"max_new_tokens={self.max_new_tokens} does not fit max_context_tokens="
+                f"{self.max_context_tokens}: the context must hold the prompt and a completion; "
+                "raise max_context_tokens or lower max_new_tokens"
+            )
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be > 0 for RL sampling; got {self.temperature}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
+        if self.resume and not self.run_dir:
+            raise ConfigError("resume needs run_dir: use --resume RUN_DIR")
+
+    def resolve_run_dir(self, algo: str) -> Path:
+        """``run_dir``, defaulting to ``runs/<algo>-<time>``; stored back into the config."""
+        if not self.run_dir:
+            self.run_dir = f"runs/{algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return Path(self.run_dir)
+
+
+def warn(message: str) -> None:
+    """A config warning (shown once, before any work)."""
+    warnings.warn(message, UserWarning, stacklevel=3)

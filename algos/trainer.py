@@ -1,0 +1,964 @@
+"""The one RL loop behind ``algos.grpo`` and ``algos.dapo`` (and the pieces ``algos.rft`` reuses).
+
+One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
+
+1. sample ``problems_per_iteration`` tasks from the pool (:class:`TaskSampler`, resumable);
+2. roll out ``group_size`` episodes per task through ``agents.rollout`` with the policy's engine
+   (temperature 1.0, no top-k/top-p);
+3. reward = env reward (or ``reward_fn``) + the turn-based length penalty when enabled; a reward
+   function that raises drops that sample (counted, error logged); episodes that crashed or are
+   not token-exact are dropped (counted);
+4. group-normalised advantages (``algos.core.group_advantages``);
+5. the named filter drops samples (``nonzero_advantage``: Nebius; ``nonconstant_group``: DAPO
+   dynamic sampling; ``none``: GRPO); while fewer than ``batch_size`` samples survive, more
+   problems are sampled (at most ``max_refill_rounds`` extra rounds), then ``on_exhausted``
+   decides: ``error`` (default, :class:`DynamicSamplingExhausted`) or ``skip`` (the iteration
+   is counted in ``skipped_iterations`` and training goes on);
+6. samples longer than ``max_context_tokens`` are truncated (counted); overlong episodes are
+   dropped only with ``overlong_filter``;
+7. the kept samples are shuffled and split into ``min(max_steps_per_iteration,
+   kept // batch_size)`` mini-batches, one optimiser step each (``algos.learner.Learner``:
+   global-token normalisation, clipping, KL, NaN-skip);
+8. the new weights are pushed to the rollout engine; metrics go to ``metrics.jsonl`` (and
+   TensorBoard / W&B); a checkpoint (learner + task sampler + iteration) is written.
+
+Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
+with status 130; ``--resume RUN_DIR`` continues the same run.
+
+Seam for the distributed learner: :func:`build_policy` (model, tokenizer, rollout engine) and
+``learner_factory`` (``Learner`` by default) are the only places that create them; pass your
+own to :class:`Trainer` to run FSDP/CP learners or Ray rollouts without touching the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import math
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algos import core
+from algos.config import ConfigError, save_config, to_dict
+from algos.data import Sample
+from algos.learner import Learner, LearnerConfig
+from swe_gym.errors import unknown_choice
+
+log = logging.getLogger(__name__)
+
+FILTERS = ("none", "nonzero_advantage", "nonconstant_group")
+ON_EXHAUSTED = ("error", "skip")
+OLD_LOGPROBS = ("auto", "sampler", "recompute")
+CHECKPOINT_DIR = "checkpoint"
+METRICS_FILE = "metrics.jsonl"
+SOLVE_RATES_FILE = "solve_rates.json"
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """Fewer than ``batch_size`` samples survived the filter after every refill round."""
+
+
+# ------------------------------------------------------------------------------------------
+# Policy: model + tokenizer + rollout engine (the seam for distributed set-ups)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Policy:
+    """The trained model, its tokenizer and the ``agents`` model that samples rollouts."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    path: Path  # a Hugging Face folder holding the initial weights (what vLLM loads)
+    sampler: Any = None  # agents Model used for rollouts
+    on_policy: bool = True  # the sampler samples from the policy's weights
+    shares_weights: bool = False  # the sampler IS the training module (no push needed)
+
+    def push_weights(self) -> float:
+        """Send the current weights to the rollout engine; returns seconds spent."""
+        if not self.on_policy or self.shares_weights or self.sampler is None:
+            return 0.0
+        t0 = time.perf_counter()
+        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        self.sampler.update_weights(state)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        close = getattr(self.sampler, "close", None)
+        if close is not None:
+            close()
+
+
+def load_policy_model(spec: str, run_dir: Path, seed: int = 0,
+                      yarn_factor: float | None = None) -> tuple[torch.nn.Module, Any, Path]:
+    """``(model, tokenizer, folder)`` for a policy spec: smollm2, tiny-random or a folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec == "smollm2":
+        from agents.models.smollm2 import smollm2_path
+
+        path = Path(smollm2_path())
+    elif spec == "tiny-random":
+        from agents.models.smollm2 import tiny_random_model
+
+        path = run_dir / "tiny-random-init"
+        if not (path / "config.json").exists():
+            tiny_random_model(path, seed=seed)
+    else:
+        path = Path(spec.removeprefix("hf:"))
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"policy {spec!r} is not 'smollm2', 'tiny-random' or a Hugging Face model folder "
+                f"(no {path}/config.json)"
+            )
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    if yarn_factor:
+        from algos.distributed.long_context import apply_yarn
+
+        apply_yarn(model.config, yarn_factor)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    return model, tokenizer, path
+
+
+def build_policy(cfg: Any, run_dir: Path) -> Policy:
+    """Load the policy and its rollout engine as ``cfg`` says (see RunConfig.engine)."""
+    model, tokenizer, path = load_policy_model(
+        cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
+    policy = Policy(model=model, tokenizer=tokenizer, path=path)
+    if cfg.rollout_model != "policy":
+        from agents.models import load_model
+
+        kw: dict[str, Any] = {"tokenizer": tokenizer}
+        policy.sampler = load_model(cfg.rollout_model, **kw)
+        policy.on_policy = False
+        return policy
+    if cfg.engine == "vllm":
+        from agents.models.vllm import VLLMModel
+
+        policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
+                                   dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy)
+        policy.push_weights()  # the policy may differ from the folder (YaRN, resumed weights)
+    elif cfg.engine_dtype == "float32":
+        from agents.models.transformers import TransformersModel
+
+        policy.sampler = TransformersModel(model, tokenizer=tokenizer, seed=cfg.seed,
+                                           name=cfg.policy)
+        policy.shares_weights = True
+    else:
+        from agents.models.transformers import TransformersModel
+
+        engine_model = copy.deepcopy(model).to(getattr(torch, cfg.engine_dtype))
+        policy.sampler = TransformersModel(engine_model, tokenizer=tokenizer, seed=cfg.seed,
+                                           name=cfg.policy)
+    return policy
+
+
+LearnerFactory = Callable[..., Any]
+
+
+def default_learner_factory(model: torch.nn.Module, config: LearnerConfig, *,
+                            ref_model: torch.nn.Module | None, tokenizer: Any) -> Learner:
+    return Learner(model, config, ref_model=ref_model, tokenizer=tokenizer)
+
+
+# ------------------------------------------------------------------------------------------
+# Task pool and sampler
+# ------------------------------------------------------------------------------------------
+
+
+def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """Every task id of an env (its ``tasks`` attribute), without starting an episode."""
+    import gymnasium
+
+    import swe_gym  # noqa: F401 - registers the ids
+
+    if env_id not in gymnasium.registry:
+        raise unknown_choice("env id", env_id, [k for k in gymnasium.registry if "-v" in k
+                                                and not k.startswith(("ALE", "Gym"))][:40])
+    env = gymnasium.make(env_id, **env_kwargs)
+    try:
+        return [t.instance_id for t in env.unwrapped.tasks]
+    finally:
+        env.close()
+
+
+def env_accepts(env_id: str, name: str) -> bool:
+    """Whether the env's constructor takes keyword ``name`` (e.g. max_turns)."""
+    import gymnasium
+
+    entry = gymnasium.spec(env_id).entry_point
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    try:
+        params = inspect.signature(entry).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def filter_pool_by_solve_rate(pool: list[str], path: str | Path, high: float = 2 / 3) -> list[str]:
+    """Stage 2 pool (methods.md 4): drop tasks solved >= ``high`` of the time and never solved.
+
+    ``path``: JSON ``{task_id: rate}`` or ``{task_id: {"attempts": n, "resolved": k}}`` (what a
+    stage-1 run writes to ``solve_rates.json``). Tasks missing from the file are dropped.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    rates: dict[str, float] = {}
+    for tid, v in data.items():
+        if isinstance(v, dict):
+            rates[tid] = v["resolved"] / v["attempts"] if v.get("attempts") else 0.0
+        else:
+            rates[tid] = float(v)
+    kept = [t for t in pool if t in rates and 0.0 < rates[t] < high]
+    if not kept:
+        raise ConfigError(
+            f"solve-rate file {path} leaves no task with 0 < rate < {high:.3f} in the pool of "
+            f"{len(pool)}; check the file or train stage 1 longer"
+        )
+    return kept
+
+
+class TaskSampler:
+    """Shuffled passes over the pool (a fresh permutation per epoch, from ``seed``)."""
+
+    def __init__(self, pool: Sequence[str], seed: int = 0):
+        if not pool:
+            raise ConfigError("the task pool is empty; check tasks= and the env's task source")
+        self.pool = list(pool)
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[str]:
+        order = list(self.pool)
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def sample(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            if self.position >= len(self._order):
+                self.epoch += 1
+                self.position = 0
+                self._order = self._permutation(self.epoch)
+            out.append(self._order[self.position])
+            self.position += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position, "pool": self.pool}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if list(state["pool"]) != self.pool:
+            log.warning("task pool changed since the checkpoint; restarting the sampler's epoch")
+            return
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._permutation(self.epoch)
+
+
+# ------------------------------------------------------------------------------------------
+# Rollouts, rewards, samples
+# ------------------------------------------------------------------------------------------
+
+
+def agent_kwargs(cfg: Any) -> dict[str, Any]:
+    from agents.protocols import SamplingParams
+
+    # No fixed seed: every episode of a group must sample independently.
+    params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    return {
+        "params": params,
+        "max_turns": cfg.max_turns,
+        "max_context_tokens": cfg.max_context_tokens,
+        "max_consecutive_invalid": cfg.max_consecutive_invalid,
+    }
+
+
+def env_kwargs_for(cfg: Any) -> dict[str, Any]:
+    kw = dict(cfg.env_kwargs)
+    if env_accepts(cfg.env, "max_turns"):
+        kw.setdefault("max_turns", cfg.max_turns)
+    return kw
+
+
+def run_rollouts(cfg: Any, sampler: Any, task_ids: Sequence[str], n_per_task: int, seed: int,
+                 progress: Callable[[Any], None] | None = None) -> list[Any]:
+    """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``."""
+    from agents.rollout import rollout
+
+    return rollout(cfg.env, sampler, list(task_ids), n_per_task=n_per_task,
+                   concurrency=cfg.concurrency, agent_kwargs=agent_kwargs(cfg),
+                   episode_timeout_s=cfg.episode_timeout_s, env_kwargs=env_kwargs_for(cfg),
+                   seed=seed, progress=progress)
+
+
+def check_prompt_fits(cfg: Any, tokenizer: Any, task_id: str) -> int:
+    """Tokens of the first prompt of ``task_id``; a clear error if the context cannot hold it
+    plus one completion (checked once, before any rollout)."""
+    import gymnasium
+
+    from agents.chat import ChatTemplate
+
+    env = gymnasium.make(cfg.env, **env_kwargs_for(cfg))
+    try:
+        obs, info = env.reset(seed=cfg.seed, options={"task_id": task_id})
+    finally:
+        env.close()
+    messages = ([{"role": "system", "content": info["system_prompt"]}]
+                if info.get("system_prompt") else []) + [{"role": "user", "content": obs}]
+    n = len(ChatTemplate(tokenizer).initial_ids(messages))
+    if n + 1 > cfg.max_context_tokens:
+        raise ConfigError(
+            f"the prompt of task {task_id!r} is {n} tokens but max_context_tokens="
+            f"{cfg.max_context_tokens} leaves no room to generate; raise max_context_tokens "
+            f"to at least {n + cfg.max_new_tokens}"
+        )
+    return n
+
+
+def load_reward_fn(spec: str | None) -> Callable[[Any], float] | None:
+    """``'module:function'`` -> the function (called with a Trajectory, returns a float)."""
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    if not name:
+        raise ConfigError(f"reward_fn {spec!r} must be 'module:function'")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"reward_fn {spec!r} cannot be imported: {e}") from None
+
+
+def is_overlong(traj: Any) -> bool:
+    """Cut by a limit rather than ended by the agent (methods.md 4-5 "overlong")."""
+    if traj.finish_reason in ("max_turns", "context_overflow"):
+        return True
+    return bool(traj.turns) and traj.turns[-1].completion_finish_reason == "length"
+
+
+@dataclass
+class Scored:
+    """One usable trajectory with its reward, group and (later) advantage."""
+
+    traj: Any
+    group: int
+    reward: float
+    advantage: float = 0.0
+
+
+@dataclass
+class Counters:
+    """Per-iteration counts of what was dropped and why."""
+
+    episodes: int = 0
+    rollout_errors: int = 0
+    not_token_exact: int = 0
+    reward_errors: int = 0
+    truncated: int = 0
+    overlong_dropped: int = 0
+    empty: int = 0
+    filtered: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: Counters) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
+                       reward_fn: Callable[[Any], float] | None,
+                       counters: Counters) -> list[Scored]:
+    """Rewards (+ turn length penalty); drops crashed / non-token-exact / unscorable episodes."""
+    out = []
+    for traj, group in zip(trajs, groups, strict=True):
+        counters.episodes += 1
+        if traj.finish_reason == "error" or not traj.turns:
+            counters.rollout_errors += 1
+            counters.errors.append(f"rollout {traj.task_id}: {(traj.error or 'no turns')[:300]}")
+            continue
+        if not traj.token_exact:
+            counters.not_token_exact += 1
+            continue
+        try:
+            reward = float(reward_fn(traj)) if reward_fn is not None else float(traj.reward)
+            if not math.isfinite(reward):
+                raise ValueError(f"reward is {reward}")
+        except Exception as e:  # noqa: BLE001 - a broken reward drops the sample, not the run
+            counters.reward_errors += 1
+            counters.errors.append(f"reward {traj.task_id}: {type(e).__name__}: {e}")
+            log.warning("reward function failed on task %s: %s: %s", traj.task_id,
+                        type(e).__name__, e)
+            continue
+        if getattr(cfg, "length_penalty", False):
+            reward += float(core.turn_length_penalty(
+                torch.tensor([traj.num_turns]), cfg.length_threshold, cfg.max_turns)[0])
+        out.append(Scored(traj, group, reward))
+    return out
+
+
+def assign_advantages(cfg: Any, scored: list[Scored]) -> None:
+    """Group-normalised advantages (methods.md 3-5) written into each ``Scored``."""
+    if not scored:
+        return
+    rewards = torch.tensor([s.reward for s in scored], dtype=torch.float64)
+    index = torch.tensor([s.group for s in scored])
+    adv = core.group_advantages(rewards, index, normalize_std=cfg.normalize_std)
+    for s, a in zip(scored, adv.tolist(), strict=True):
+        s.advantage = a
+
+
+def apply_filter(name: str, scored: list[Scored]) -> list[Scored]:
+    """The samples the named filter keeps (see FILTERS and the module docstring)."""
+    if name == "none" or not scored:
+        return list(scored)
+    if name == "nonzero_advantage":
+        keep = core.keep_nonzero_advantage(torch.tensor([s.advantage for s in scored]))
+    elif name == "nonconstant_group":
+        keep = core.keep_nonconstant_groups(
+            torch.tensor([s.reward for s in scored], dtype=torch.float64),
+            torch.tensor([s.group for s in scored]))
+    else:
+        raise unknown_choice("filter", name, FILTERS)
+    return [s for s, k in zip(scored, keep.tolist(), strict=True) if k]
+
+
+def to_sample(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
+              counters: Counters, sample_id: str) -> Sample | None:
+    """The learner's view of a trajectory; truncated to ``max_tokens`` (counted)."""
+    ids, mask, lps = traj.to_sample_arrays(mask_invalid=mask_invalid)
+    if len(ids) > max_tokens:
+        counters.truncated += 1
+        ids, mask, lps = ids[:max_tokens], mask[:max_tokens], lps[:max_tokens]
+    if len(ids) < 2 or sum(mask) == 0:
+        counters.empty += 1
+        return None
+    return Sample(input_ids=ids, loss_mask=mask,
+                  old_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
+                  advantage=advantage, sample_id=sample_id)
+
+
+# ------------------------------------------------------------------------------------------
+# Logging, progress, interrupts
+# ------------------------------------------------------------------------------------------
+
+
+class MetricsLogger:
+    """``metrics.jsonl`` always; TensorBoard / W&B when asked for and installed."""
+
+    def __init__(self, run_dir: Path, sinks: Sequence[str], config: dict[str, Any],
+                 project: str = "swe-gym-rl", resume_from: int | None = None, key: str = "iteration"):
+        self.path = run_dir / METRICS_FILE
+        self.key = key
+        if resume_from is not None and self.path.exists():
+            # rows logged after the checkpoint belong to work that will be redone
+            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+            keep = [r for r in rows if r.get(key, 0) <= resume_from]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        self.tb = None
+        self.wandb = None
+        if "tensorboard" in sinks:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+            except ImportError:
+                log.warning("tensorboard logging asked for but not installed "
+                            "(pip install tensorboard); logging to %s only", self.path)
+        if "wandb" in sinks:
+            try:
+                import wandb
+
+                self.wandb = wandb.init(project=project, dir=str(run_dir), config=config,
+                                        name=run_dir.name, resume="allow")
+            except ImportError:
+                log.warning("wandb logging asked for but not installed (pip install wandb); "
+                            "logging to %s only", self.path)
+
+    def log(self, row: dict[str, Any]) -> None:
+        row = {k: (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+               for k, v in row.items()}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        step = int(row.get(self.key, 0))
+        scalars = {k: v for k, v in row.items() if isinstance(v, float) and math.isfinite(v)}
+        if self.tb is not None:
+            for k, v in scalars.items():
+                self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class InterruptGuard:
+    """SIGINT handling: outside a critical section Ctrl-C raises KeyboardInterrupt at once;
+    inside (an optimiser step, a checkpoint save) it is deferred to the section's end."""
+
+    def __init__(self) -> None:
+        self._critical = 0
+        self._pending = False
+        self._previous: Any = None
+
+    def __enter__(self) -> InterruptGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._critical:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        self._critical += 1
+        try:
+            yield
+        finally:
+            self._critical -= 1
+        if self._pending and not self._critical:
+            self._pending = False
+            raise KeyboardInterrupt
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """A plain-text table; ``columns`` = (header, key, format spec)."""
+    cells = [[h for h, _, _ in columns]]
+    for row in rows:
+        line = []
+        for _, key, spec in columns:
+            v = row.get(key)
+            line.append("-" if v is None or (isinstance(v, float) and math.isnan(v))
+                        else format(v, spec))
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    out = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+RESULT_COLUMNS = (
+    ("iter", "iteration", ".0f"),
+    ("reward", "reward_mean", ".3f"),
+    ("resolved", "resolved_rate", ".2f"),
+    ("turns", "turns_mean", ".1f"),
+    ("filtered", "filtered_frac", ".2f"),
+    ("kept", "kept", ".0f"),
+    ("steps", "optimizer_steps", ".0f"),
+    ("loss", "loss", ".4f"),
+    ("kl", "kl", ".4f"),
+    ("time_s", "time_s", ".1f"),
+)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+# ------------------------------------------------------------------------------------------
+# The RL loop (GRPO, DAPO)
+# ------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """Runs ``cfg.iterations`` iterations of the loop in the module docstring.
+
+    ``cfg`` is a ``GRPOConfig`` or ``DAPOConfig`` (they name the same choices); ``algo`` names
+    the run (``runs/<algo>-<time>``). ``policy``/``learner_factory``/``reward_fn`` override what
+    the config would build (tests, distributed set-ups).
+    """
+
+    def __init__(self, cfg: Any, algo: str, *, policy: Policy | None = None,
+                 learner_factory: LearnerFactory = default_learner_factory,
+                 reward_fn: Callable[[Any], float] | None = None) -> None:
+        self.cfg = cfg
+        self.algo = algo
+        self.run_dir = cfg.resolve_run_dir(algo)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(cfg.seed)
+        self.reward_fn = reward_fn if reward_fn is not None else load_reward_fn(cfg.reward_fn)
+        pool = cfg.tasks or env_task_ids(cfg.env, env_kwargs_for(cfg))
+        if cfg.solve_rates:
+            pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
+        self.sampler = TaskSampler(pool, cfg.seed)
+        self.policy = policy if policy is not None else build_policy(cfg, self.run_dir)
+        self.prompt_tokens = check_prompt_fits(cfg, self.policy.tokenizer, pool[0])
+        lcfg = cfg.learner_config()
+        ref = None
+        if lcfg.kl_coef > 0:
+            ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        self.learner = learner_factory(self.policy.model, lcfg, ref_model=ref,
+                                       tokenizer=self.policy.tokenizer)
+        mode = cfg.old_logprobs
+        if mode == "auto":
+            mode = "sampler" if self.policy.on_policy and self.policy.shares_weights else "recompute"
+        if mode == "sampler" and not self.policy.on_policy:
+            raise ConfigError(
+                f"old_logprobs='sampler' needs on-policy rollouts; rollout_model="
+                f"{cfg.rollout_model!r} is another model: use old_logprobs=recompute")
+        self.old_logprobs_mode = mode
+        # a step needs a full batch after filtering; without a filter any survivor will do
+        self.needed = cfg.batch_size if cfg.filter != "none" else 1
+        self.iteration = 0
+        self.solve_counts: dict[str, list[int]] = {}
+        self.totals = Counters()
+        self.skipped_iterations = 0
+        self.rows: list[dict[str, Any]] = []
+        if cfg.resume:
+            self._resume()
+        save_config(cfg, self.run_dir)
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / CHECKPOINT_DIR
+
+    def save(self) -> None:
+        extra = {"iteration": self.iteration, "sampler": self.sampler.state_dict(),
+                 "solve_counts": self.solve_counts, "skipped_iterations": self.skipped_iterations,
+                 "algo": self.algo}
+        self.learner.save_checkpoint(self.checkpoint_dir, extra_state=extra)
+        rates = {t: {"attempts": a, "resolved": r, "rate": r / a if a else 0.0}
+                 for t, (a, r) in sorted(self.solve_counts.items())}
+        (self.run_dir / SOLVE_RATES_FILE).write_text(json.dumps(rates, indent=1))
+
+    def _resume(self) -> None:
+        from algos.checkpoint import resolve_checkpoint
+
+        try:
+            ckpt = resolve_checkpoint(self.checkpoint_dir)
+        except FileNotFoundError:
+            ckpt = self.checkpoint_dir
+        if not (ckpt / "learner_state.pt").exists():
+            log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
+            return
+        extra = self.learner.load_checkpoint(ckpt)
+        self.iteration = int(extra["iteration"])
+        self.sampler.load_state_dict(extra["sampler"])
+        self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
+        self.skipped_iterations = int(extra.get("skipped_iterations", 0))
+        self.policy.push_weights()
+        print(f"resumed {self.run_dir} at iteration {self.iteration} "
+              f"(optimizer step {self.learner.step})", file=sys.stderr)
+
+    # ------------------------------------------------------------------ one iteration
+    def _collect(self, counters: Counters, tick: Callable[[Any], None]) -> tuple[list[Scored], int,
+                                                                                   list[float]]:
+        """Roll out, score, compute advantages, filter, refill. Returns (kept, rounds, all
+        rewards seen)."""
+        cfg = self.cfg
+        kept: list[Scored] = []
+        all_scored: list[Scored] = []
+        rounds = 0
+        group_base = 0
+        n_problems = cfg.problems_per_iteration
+        while True:
+            problems = self.sampler.sample(n_problems)
+            seed = cfg.seed + 1_000 * (self.iteration * (cfg.max_refill_rounds + 1) + rounds)
+            self.policy.model.eval()
+            trajs = run_rollouts(cfg, self.policy.sampler, problems, cfg.group_size, seed, tick)
+            groups = [group_base + i // cfg.group_size for i in range(len(trajs))]
+            group_base += len(problems)
+            for t in trajs:
+                a, r = self.solve_counts.setdefault(t.task_id, [0, 0])
+                self.solve_counts[t.task_id] = [a + 1, r + int(bool(t.resolved))]
+            scored = score_trajectories(cfg, trajs, groups, self.reward_fn, counters)
+            assign_advantages(cfg, scored)
+            all_scored += scored
+            survivors = apply_filter(cfg.filter, scored)
+            counters.filtered += len(scored) - len(survivors)
+            kept += survivors
+            if len(kept) >= self.needed or rounds >= cfg.max_refill_rounds:
+                break
+            rounds += 1
+            n_problems = cfg.refill_problems or cfg.problems_per_iteration
+        return kept, rounds, [s.reward for s in all_scored]
+
+    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Any], None]) -> dict[str, Any]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        counters = Counters()
+        kept, rounds, rewards = self._collect(counters, tick)
+        t_rollout = time.perf_counter() - t0
+        all_trajs = counters.episodes
+        row: dict[str, Any] = {"iteration": self.iteration + 1, "refill_rounds": rounds}
+        if len(kept) < self.needed:
+            msg = (f"iteration {self.iteration + 1}: only {len(kept)} of batch_size="
+                   f"{self.needed} samples survived filter={cfg.filter!r} after {rounds} "
+                   f"refill round(s) ({counters.episodes} episodes; {counters.filtered} filtered, "
+                   f"{counters.rollout_errors} rollout errors, {counters.reward_errors} reward "
+                   "errors)")
+            if cfg.on_exhausted == "error":
+                raise DynamicSamplingExhausted(
+                    msg + "; raise max_refill_rounds or problems_per_iteration, lower batch_size, "
+                    "enable length_penalty so rewards differ, or set on_exhausted=skip")
+            log.warning("%s; iteration skipped (on_exhausted=skip)", msg)
+            self.skipped_iterations += 1
+            kept = []
+        # samples for the learner
+        samples: list[Sample] = []
+        for i, s in enumerate(kept):
+            if cfg.overlong_filter and is_overlong(s.traj):
+                counters.overlong_dropped += 1
+                continue
+            sample = to_sample(s.traj, s.advantage, cfg.max_context_tokens, cfg.mask_invalid,
+                               counters, f"{s.traj.task_id}/{i}")
+            if sample is not None:
+                samples.append(sample)
+        if samples and self.old_logprobs_mode == "recompute":
+            lps = self.learner.compute_logprobs(samples)
+            samples = [dataclasses.replace(x, old_logprobs=[v * m for v, m in zip(
+                lp, x.loss_mask, strict=True)]) for x, lp in zip(samples, lps, strict=True)]
+        step_metrics: list[dict[str, float]] = []
+        t1 = time.perf_counter()
+        if samples:
+            order = list(range(len(samples)))
+            random.Random(cfg.seed + self.iteration).shuffle(order)
+            n_steps = max(1, min(cfg.max_steps_per_iteration, len(samples) // cfg.batch_size))
+            chunks = [order[k::n_steps] for k in range(n_steps)]
+            for chunk in chunks:
+                with guard.critical():
+                    step_metrics.append(self.learner.train_step([samples[j] for j in chunk]))
+            t_push = self.policy.push_weights()
+        else:
+            t_push = 0.0
+        t_train = time.perf_counter() - t1
+        trajs_rewards = torch.tensor(rewards) if rewards else torch.zeros(0)
+        row.update(self._rollout_stats(counters, rewards))
+        row.update({
+            "reward_mean": float(trajs_rewards.mean()) if rewards else float("nan"),
+            "reward_std": float(trajs_rewards.std()) if len(rewards) > 1 else 0.0,
+            "kept": len(samples),
+            "filtered_frac": counters.filtered / max(1, all_trajs),
+            "optimizer_steps": sum(1 for m in step_metrics if not m.get("skipped")),
+            "skipped_steps": float(getattr(self.learner, "skipped_steps", 0)),
+            "skipped_iterations": self.skipped_iterations,
+            "step": float(getattr(self.learner, "step", 0)),
+            "time_rollout_s": t_rollout,
+            "time_train_s": t_train,
+            "time_push_s": t_push,
+            "time_s": time.perf_counter() - t0,
+            "adv_abs_mean": sum(abs(s.advantage) for s in kept) / max(1, len(kept)),
+        })
+        row.update(_mean_metrics(step_metrics))
+        self.totals.add(counters)
+        if counters.errors:
+            row["errors"] = counters.errors[:10]
+        return row
+
+    def _rollout_stats(self, counters: Counters, rewards: list[float]) -> dict[str, Any]:
+        return {
+            "episodes": counters.episodes,
+            "rollout_errors": counters.rollout_errors,
+            "reward_errors": counters.reward_errors,
+            "not_token_exact": counters.not_token_exact,
+            "truncated": counters.truncated,
+            "overlong_dropped": counters.overlong_dropped,
+            "filtered": counters.filtered,
+        }
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> list[dict[str, Any]]:
+        """All iterations; returns the metric rows. Raises KeyboardInterrupt after saving."""
+        cfg = self.cfg
+        logger = MetricsLogger(self.run_dir, cfg.log, to_dict(cfg), cfg.wandb_project,
+                               resume_from=self.iteration if cfg.resume else None)
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=self.algo,
+                       unit="it", file=sys.stderr, dynamic_ncols=True)
+        try:
+            with InterruptGuard() as guard:
+                try:
+                    while self.iteration < cfg.iterations:
+                        stats = _EpisodeStats()
+
+                        def tick(traj: Any, stats: _EpisodeStats = stats) -> None:
+                            stats.add(traj)
+                            if bar is not None:
+                                bar.set_postfix_str(f"episodes {stats.n}, resolved "
+                                                    f"{stats.resolved}", refresh=False)
+
+                        row = self.iteration_step(guard, tick)
+                        row.update(stats.summary())
+                        self.iteration += 1
+                        logger.log(row)
+                        self.rows.append(row)
+                        if bar is not None:
+                            bar.update(1)
+                            bar.set_postfix(reward=f"{row['reward_mean']:.3f}",
+                                            resolved=f"{row['resolved_rate']:.2f}",
+                                            filtered=f"{row['filtered_frac']:.2f}")
+                        last = self.iteration == cfg.iterations
+                        if last or (cfg.checkpoint_every and
+                                    self.iteration % cfg.checkpoint_every == 0):
+                            with guard.critical():
+                                self.save()
+                except KeyboardInterrupt:
+                    if bar is not None:
+                        bar.close()
+                        bar = None
+                    print(f"\ninterrupted: saving a checkpoint at iteration {self.iteration} "
+                          f"(optimizer step {getattr(self.learner, 'step', '?')})",
+                          file=sys.stderr)
+                    self.save()
+                    print(f"checkpoint written to {self.checkpoint_dir}; continue with: "
+                          f"python -m algos.{self.algo} --resume {self.run_dir}",
+                          file=sys.stderr)
+                    raise
+        finally:
+            if bar is not None:
+                bar.close()
+            logger.close()
+        return self.rows
+
+    def close(self) -> None:
+        self.policy.close()
+
+
+@dataclass
+class _EpisodeStats:
+    n: int = 0
+    resolved: int = 0
+    turns: int = 0
+    tokens: int = 0
+    completion_tokens: int = 0
+    env_reward: float = 0.0
+
+    def add(self, traj: Any) -> None:
+        self.n += 1
+        self.resolved += int(bool(traj.resolved))
+        self.turns += traj.num_turns
+        self.env_reward += float(traj.reward)
+        self.tokens += sum(len(t.prompt_delta_ids) + len(t.completion_ids) for t in traj.turns)
+        self.completion_tokens += sum(len(t.completion_ids) for t in traj.turns)
+
+    def summary(self) -> dict[str, float]:
+        n = max(1, self.n)
+        return {"resolved_rate": self.resolved / n, "turns_mean": self.turns / n,
+                "seq_tokens_mean": self.tokens / n,
+                "response_tokens_mean": self.completion_tokens / n,
+                "env_reward_mean": self.env_reward / n}
+
+
+def _mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over the iteration's optimiser steps of the learner's metrics (skipped steps'
+    NaN loss excluded)."""
+    if not step_metrics:
+        return {"loss": float("nan")}
+    keys = ("loss", "pg_loss", "nll", "kl", "entropy", "clip_frac_low", "clip_frac_high",
+            "approx_kl", "ratio_mean", "grad_norm", "lr", "loss_tokens", "tokens_per_s")
+    out: dict[str, float] = {}
+    for k in keys:
+        vals = [m[k] for m in step_metrics if k in m and math.isfinite(m[k])]
+        if vals:
+            out[k] = sum(vals) / len(vals)
+    if "loss" not in out:
+        out["loss"] = float("nan")
+    out["clip_frac"] = out.get("clip_frac_low", 0.0) + out.get("clip_frac_high", 0.0)
+    out["ratio_max"] = max((m.get("ratio_max", 1.0) for m in step_metrics), default=1.0)
+    return out
+
+
+def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
+    """Build the trainer, run it, print the results table; exit status for ``main``."""
+    try:
+        trainer = Trainer(cfg, algo, **kwargs)
+    except ConfigError as e:
+        raise SystemExit(f"config error: {e}") from None
+    try:
+        rows = trainer.run()
+    except KeyboardInterrupt:
+        return 130
+    except DynamicSamplingExhausted as e:
+        raise SystemExit(f"error: {e}") from None
+    finally:
+        trainer.close()
+    print(format_table(rows, RESULT_COLUMNS))
+    print(f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
+          f"plot: python -m algos.plot {trainer.run_dir}")
+    return 0
+
+
+def validate_rl_config(cfg: Any) -> None:
+    """Checks GRPO and DAPO share (called from their ``__post_init__``, before any work)."""
+    if cfg.filter not in FILTERS:
+        raise unknown_choice("filter", cfg.filter, FILTERS)
+    if cfg.on_exhausted not in ON_EXHAUSTED:
+        raise unknown_choice("on_exhausted", cfg.on_exhausted, ON_EXHAUSTED)
+    if cfg.old_logprobs not in OLD_LOGPROBS:
+        raise unknown_choice("old_logprobs", cfg.old_logprobs, OLD_LOGPROBS)
+    for name in ("iterations", "problems_per_iteration", "group_size", "batch_size",
+                 "max_steps_per_iteration"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be >= 1; got {getattr(cfg, name)}")
+    if cfg.max_refill_rounds < 0:
+        raise ConfigError(f"max_refill_rounds must be >= 0; got {cfg.max_refill_rounds}")
+    if cfg.group_size < 2 and cfg.filter != "none":
+        raise ConfigError(
+            f"group_size={cfg.group_size}: a group of one has zero advantage, so filter="
+            f"{cfg.filter!r} would drop every sample; use group_size >= 2")
+    if cfg.length_penalty and cfg.length_threshold >= cfg.max_turns:
+        raise ConfigError(
+            f"length_penalty needs length_threshold < max_turns (T_max); got length_threshold="
+            f"{cfg.length_threshold}, max_turns={cfg.max_turns}")
+    if cfg.kl_coef < 0:
+        raise ConfigError(f"kl_coef must be >= 0; got {cfg.kl_coef}")
+    core.get_policy_loss_fn(cfg.loss)
+    if cfg.agg_mode not in core.AGG_MODES:
+        raise unknown_choice("agg_mode", cfg.agg_mode, core.AGG_MODES)
+    if cfg.kl_estimator not in core.KL_ESTIMATORS:
+        raise unknown_choice("kl_estimator", cfg.kl_estimator, core.KL_ESTIMATORS)
+
+
+def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
+    """The LearnerConfig an RL config implies (constant lr after warm-up, methods.md 4-5)."""
+    return LearnerConfig(
+        lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+        warmup_steps=cfg.warmup_steps, schedule="constant",
+        micro_batch_tokens=cfg.micro_batch_tokens, bf16=cfg.bf16,
+        grad_checkpointing=cfg.grad_checkpointing, loss=cfg.loss, loss_kwargs=loss_kwargs,
+        agg_mode=cfg.agg_mode, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
+        entropy_coef=cfg.entropy_coef, log_entropy=True, temperature=cfg.temperature,
+    )
