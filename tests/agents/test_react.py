@@ -141,3 +141,11 @@ def test_model_error_is_recorded_and_env_closed(make_env):
 def test_bad_agent_settings_are_named():
     with pytest.raises(ValueError, match="max_context_tokens must be >= 1"):
         ReActAgent(ScriptedModel([]), max_context_tokens=0)
+
+
+def test_time_budget_is_checked_before_each_model_call(make_env):
+    traj = run_episode(
+        make_env(), ScriptedModel([LS, SUBMIT]), agent_kwargs={"time_budget_s": 1e-9}
+    )
+    assert traj.finish_reason == "time_budget" and traj.turns == []
+    assert "time_budget_s" in traj.error
