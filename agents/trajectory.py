@@ -68,8 +68,8 @@ class Trajectory:
     resolved: bool = False
     patch: str = ""
     report: dict[str, Any] | None = None
-    finish_reason: str = "error"
-    error: str | None = None
+    finish_reason: str = "error"  # one of FINISH_REASONS
+    error: str | None = None  # why the agent side ended it (message), or the traceback
     model: str = ""
     sampling: dict[str, Any] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)
