@@ -168,6 +168,7 @@ def _ring_peers(group) -> tuple[int, int, int, int]:
 
 def _exchange(send: list[torch.Tensor], group, nxt: int, prv: int):
     """Start sending ``send`` to the next rank and receiving same-shaped tensors from the previous."""
+    send = [t.contiguous() for t in send]  # gloo/NCCL send contiguous buffers only
     recv = [torch.empty_like(t) for t in send]
     ops = [dist.P2POp(dist.isend, t, nxt, group) for t in send]
     ops += [dist.P2POp(dist.irecv, t, prv, group) for t in recv]
@@ -320,9 +321,9 @@ def ring_attention(
     if t != st.global_index.shape[0]:
         raise ValueError(f"shard length {t} != cp context length {st.global_index.shape[0]}")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    q = query.float().reshape(b, hkv, h // hkv, t, d)
+    q = query.float().reshape(b, hkv, h // hkv, t, d).contiguous()
     out = _RingAttention.apply(
-        q, key.float(), value.float(), scale, st.global_index, st.seq_ids, st.all_index,
+        q, key.float().contiguous(), value.float().contiguous(), scale, st.global_index, st.seq_ids, st.all_index,
         st.all_seq, st.group,
     )
     return out.reshape(b, h, t, d).to(query.dtype)

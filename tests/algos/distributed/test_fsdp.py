@@ -116,3 +116,18 @@ def test_export_hf_writes_one_loadable_folder(runs):
 def test_export_hf_refuses_a_non_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="hf_config"):
         export_hf(tmp_path, tmp_path / "out")
+
+
+def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, torchrun_fn):
+    """algos.learner.Learner via make_learner: DAPO loss, packing, uneven micro-batch counts."""
+    worker = str(HERE / "learner_worker.py")
+    _python([worker, str(tmp_path / "one.pt")])
+    torchrun_fn([worker, str(tmp_path / "dp2.pt"), "1"], 2)
+    torchrun_fn([worker, str(tmp_path / "cp2.pt"), "2"], 2)
+    one = torch.load(tmp_path / "one.pt")
+    for name in ("dp2", "cp2"):
+        other = torch.load(tmp_path / f"{name}.pt")
+        for a, b in zip(one["logs"], other["logs"], strict=True):
+            assert a["loss_tokens"] == b["loss_tokens"]
+            assert abs(a["grad_norm"] - b["grad_norm"]) < TOL, (name, a, b)
+        assert _max_param_diff(one["params"], other["params"]) < TOL, name

@@ -1,0 +1,47 @@
+"""The real Learner under make_learner: one process, torchrun x2 (dp) or x2 (cp). Writes
+rank 0's metrics and full parameters after two DAPO steps to argv[1]. Driven by test_fsdp.py."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from algos.data import Sample
+from algos.distributed.fsdp import full_state_dict, teardown_distributed
+from algos.distributed.learner import make_learner
+from algos.learner import LearnerConfig
+
+
+def samples(step: int) -> list[Sample]:
+    g = torch.Generator().manual_seed(step)
+    out = []
+    for i, n in enumerate((9, 14, 5, 11)):
+        ids = torch.randint(0, 97, (n,), generator=g).tolist()
+        mask = [0] + (torch.rand(n - 1, generator=g) > 0.3).long().tolist()
+        old = [(-1.0 - 0.1 * j) * m for j, m in enumerate(mask)]
+        out.append(Sample(ids, mask, old_logprobs=old, advantage=1.0 - 0.5 * i, sample_id=i))
+    return out
+
+
+def main() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(1)
+    model = LlamaForCausalLM(cfg).float()
+    learner = make_learner(model, LearnerConfig(lr=1e-2, micro_batch_tokens=24, loss="dapo"),
+                           cp=int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    logs = [learner.train_step(samples(s)) for s in range(2)]
+    params = full_state_dict(learner.model) if hasattr(learner, "ctx") else {
+        k: v.detach().clone() for k, v in learner.model.state_dict().items()}
+    rank = getattr(getattr(learner, "ctx", None), "rank", 0)
+    if rank == 0:
+        torch.save({"logs": logs, "params": params}, sys.argv[1])
+    teardown_distributed()
+
+
+if __name__ == "__main__":
+    main()
