@@ -1,0 +1,245 @@
+"""Rejection fine-tuning, Nebius stage 0 (methods.md 4): SFT on the policy's own passing runs.
+
+``python -m algos.rft --rollout-model oracle --tasks ...`` or ``--trajectories a.jsonl b.jsonl``.
+
+1. Trajectories: roll out ``runs_per_task`` episodes per task with the policy's engine (or
+   ``rollout_model``), or read trajectory JSONL files (``--trajectories``, e.g. from
+   ``python -m agents.evaluate``);
+2. keep the resolved, token-exact ones (saved to ``RUN_DIR/rft_data.jsonl``, which ``--resume``
+   reuses);
+3. SFT on policy tokens only, turns that were invalid actions masked out of the loss
+   (``Trajectory.to_sample_arrays(mask_invalid=True)``); ``batch_size`` trajectories per step,
+   token-mean NLL over the batch, AdamW (wd 0.1), 10 warm-up steps, cosine to 0, 1 epoch.
+
+How this departs from the paper: the warm-up is shortened to ``total_steps - 1`` when the run
+has fewer steps than that (tiny runs); sequences longer than ``max_context_tokens`` are
+truncated (counted) rather than dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algos.config import ConfigError, RunConfig, parse_config, save_config, to_dict
+from algos.data import Sample
+from algos.learner import LearnerConfig
+from algos.trainer import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    Counters,
+    InterruptGuard,
+    MetricsLogger,
+    Policy,
+    build_policy,
+    default_learner_factory,
+    env_kwargs_for,
+    env_task_ids,
+    format_table,
+    load_policy_model,
+    run_rollouts,
+    seed_everything,
+    to_sample,
+)
+
+DATA_FILE = "rft_data.jsonl"
+RESULT_COLUMNS = (
+    ("step", "step", ".0f"),
+    ("epoch", "epoch", ".0f"),
+    ("nll", "nll", ".4f"),
+    ("lr", "lr", ".2e"),
+    ("grad_norm", "grad_norm", ".3f"),
+    ("seqs", "sequences", ".0f"),
+    ("tokens", "loss_tokens", ".0f"),
+    ("time_s", "time_s", ".1f"),
+)
+
+
+@dataclass
+class RFTConfig(RunConfig):
+    """Rejection fine-tuning (defaults: Nebius RFT, methods.md 4)."""
+
+    trajectories: list[str] | None = None
+    """Trajectory JSONL files to train on instead of rolling out (comma-separated)."""
+    runs_per_task: int = 10
+    """Episodes per task when rolling out (Nebius: 10)."""
+    mask_invalid: bool = True
+    """Mask turns whose action the env rejected (format errors) out of the loss."""
+    epochs: int = 1
+    """Passes over the kept trajectories."""
+    batch_size: int = 64
+    """Trajectories per optimiser step."""
+    lr: float = 5e-6
+    """Peak AdamW learning rate."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    warmup_steps: int = 10
+    """Linear warm-up steps, then cosine to 0."""
+    grad_clip: float = 1.0
+    """Max gradient norm."""
+    yarn_factor: float | None = None
+    """Extend the rope with YaRN by this factor."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("runs_per_task", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0; got {self.warmup_steps}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0; got {self.lr}")
+        for path in self.trajectories or []:
+            if not Path(path).is_file():
+                raise ConfigError(f"trajectory file {path!r} does not exist")
+
+    def learner_config(self, total_steps: int) -> LearnerConfig:
+        warmup = min(self.warmup_steps, max(0, total_steps - 1))
+        return LearnerConfig(
+            lr=self.lr, weight_decay=self.weight_decay, grad_clip=self.grad_clip,
+            warmup_steps=warmup, schedule="cosine", total_steps=total_steps, min_lr_ratio=0.0,
+            micro_batch_tokens=self.micro_batch_tokens, bf16=self.bf16,
+            grad_checkpointing=self.grad_checkpointing, loss="sft", agg_mode="token-mean",
+            temperature=self.temperature,
+        )
+
+
+def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
+    """``(kept trajectories, how many were read or rolled out)``."""
+    from agents.trajectory import Trajectory
+
+    if cfg.trajectories:
+        trajs = [t for path in cfg.trajectories for t in Trajectory.load_jsonl(path)]
+    else:
+        assert policy is not None
+        pool = cfg.tasks or env_task_ids(cfg.env, env_kwargs_for(cfg))
+        policy.model.eval()
+        trajs = run_rollouts(cfg, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
+    kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
+    return kept, len(trajs)
+
+
+def build_samples(cfg: RFTConfig, trajs: Sequence[Any], counters: Counters) -> list[Sample]:
+    """SFT samples (advantage 1) with invalid-action turns masked when ``mask_invalid``."""
+    out = []
+    for i, t in enumerate(trajs):
+        sample = to_sample(t, 1.0, cfg.max_context_tokens, cfg.mask_invalid, counters,
+                           f"{t.task_id}/{i}")
+        if sample is not None:
+            out.append(sample)
+    return out
+
+
+def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
+              learner_factory: Any = default_learner_factory) -> list[dict[str, Any]]:
+    """The whole RFT run; returns one metrics row per optimiser step."""
+    from agents.trajectory import Trajectory
+
+    run_dir = cfg.resolve_run_dir("rft")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)
+    data_file = run_dir / DATA_FILE
+    reuse = cfg.resume and data_file.exists()
+    if policy is None:
+        if cfg.trajectories or reuse:  # no rollouts: no engine needed
+            model, tokenizer, path = load_policy_model(cfg.policy, run_dir, cfg.seed,
+                                                       cfg.yarn_factor)
+            policy = Policy(model=model, tokenizer=tokenizer, path=path)
+        else:
+            policy = build_policy(cfg, run_dir)
+    save_config(cfg, run_dir)
+    if reuse:
+        kept = Trajectory.load_jsonl(data_file)
+        seen = len(kept)
+    else:
+        kept, seen = collect(cfg, policy)
+        Trajectory.save_jsonl(kept, data_file)
+    if not kept:
+        raise ConfigError(
+            f"no resolved, token-exact trajectory among {seen}; roll out more runs_per_task, "
+            "use a stronger rollout_model, or pass --trajectories with passing runs")
+    counters = Counters()
+    samples = build_samples(cfg, kept, counters)
+    print(f"rft: {len(kept)} resolved of {seen} trajectories -> {len(samples)} samples "
+          f"({counters.truncated} truncated, {counters.empty} without loss tokens)",
+          file=sys.stderr)
+    steps_per_epoch = math.ceil(len(samples) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    learner = learner_factory(policy.model, cfg.learner_config(total), ref_model=None,
+                              tokenizer=policy.tokenizer)
+    done = 0
+    ckpt = run_dir / CHECKPOINT_DIR
+    if cfg.resume and (ckpt / "learner_state.pt").exists():
+        done = int(learner.load_checkpoint(ckpt)["done_steps"])
+        print(f"resumed {run_dir} at step {done}/{total}", file=sys.stderr)
+    logger = MetricsLogger(run_dir, cfg.log, to_dict(cfg), cfg.wandb_project,
+                           resume_from=done if cfg.resume else None, key="step")
+    bar = None
+    if cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=done, desc="rft", unit="step", file=sys.stderr)
+    rows: list[dict[str, Any]] = []
+
+    def save() -> None:
+        learner.save_checkpoint(ckpt, extra_state={"done_steps": done, "algo": "rft"})
+
+    try:
+        with InterruptGuard() as guard:
+            try:
+                while done < total:
+                    epoch, k = divmod(done, steps_per_epoch)
+                    order = list(range(len(samples)))
+                    random.Random(cfg.seed + epoch).shuffle(order)
+                    batch = [samples[j] for j in order[k * cfg.batch_size:(k + 1) * cfg.batch_size]]
+                    t0 = time.perf_counter()
+                    with guard.critical():
+                        metrics = learner.train_step(batch)
+                        done += 1
+                    row = {"step": done, "epoch": epoch + 1, **metrics,
+                           "time_s": time.perf_counter() - t0}
+                    logger.log(row)
+                    rows.append(row)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(nll=f"{metrics.get('nll', float('nan')):.4f}")
+                    if done == total or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+                        with guard.critical():
+                            save()
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: saving a checkpoint at step {done}", file=sys.stderr)
+                save()
+                print(f"continue with: python -m algos.rft --resume {run_dir}", file=sys.stderr)
+                raise
+    finally:
+        if bar is not None:
+            bar.close()
+        logger.close()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = parse_config(RFTConfig, argv, prog="python -m algos.rft",
+                           description=__doc__.split("\n\n")[0], prefix="rft")
+    except ValueError as e:
+        raise SystemExit(f"config error: {e}") from None
+    try:
+        rows = train_rft(cfg)
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(format_table(rows, RESULT_COLUMNS))
+    print(f"metrics: {Path(cfg.run_dir) / METRICS_FILE}; model: {Path(cfg.run_dir) / CHECKPOINT_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Config UX: field docstrings as --help, YAML + presets + CLI layering, validation up front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from algos import dapo, grpo, rft
+from algos.config import ConfigError, build_parser, field_docs, parse_config
+from algos.dapo import DAPOConfig
+from algos.grpo import GRPOConfig
+from algos.rft import RFTConfig
+
+
+def _parse(cls, argv, prefix, stages=False):
+    return parse_config(cls, argv, prog="t", description="t", prefix=prefix, stages=stages)
+
+
+def test_field_docstrings_become_help(capsys):
+    docs = field_docs(DAPOConfig)
+    assert "clip-higher" in docs["eps_high"]
+    assert "Seeds torch" in docs["seed"]  # inherited from RunConfig
+    with pytest.raises(SystemExit):
+        dapo.main(["--help"])
+    out = capsys.readouterr().out
+    assert "--eps-high" in out and "clip-higher" in out and "--preset" in out and "--stage" in out
+    for cls, prefix in ((RFTConfig, "rft"), (GRPOConfig, "grpo")):
+        helps = {a.dest: a.help for a in build_parser(cls, "t", "t", prefix)._actions}
+        missing = [f for f in field_docs(cls) if f != "resume" and not helps.get(f)]
+        assert not missing
+
+
+def test_layers_defaults_preset_file_cli(tmp_path: Path):
+    f = tmp_path / "c.yaml"
+    f.write_text("lr: 3.0e-6\ngroup_size: 4\nbatch_size: 8\n")
+    cfg = _parse(DAPOConfig, ["--preset", "cpu", "--config", str(f), "--lr", "1e-6",
+                              "--env-kwargs", '{"a": 1}', "--tasks", "x,y"], "dapo", True)
+    assert cfg.policy == "smollm2"  # from the preset
+    assert cfg.group_size == 4 and cfg.batch_size == 8  # from the file
+    assert cfg.lr == 1e-6  # the command line wins
+    assert cfg.env_kwargs == {"a": 1} and cfg.tasks == ["x", "y"]
+
+
+def test_stage_presets_match_methods():
+    s1 = _parse(DAPOConfig, ["--stage", "1"], "dapo", True)
+    s2 = _parse(DAPOConfig, ["--stage", "2"], "dapo", True)
+    assert (s1.max_context_tokens, s1.eps_low, s1.eps_high, s1.max_turns, s1.batch_size,
+            s1.group_size, s1.problems_per_iteration) == (65536, 0.2, 0.3, 40, 128, 10, 300)
+    assert (s2.max_context_tokens, s2.eps_high, s2.max_turns, s2.batch_size, s2.yarn_factor,
+            s2.problems_per_iteration) == (131072, 0.26, 80, 256, 4.0, 100)
+    r = RFTConfig()
+    assert (r.lr, r.weight_decay, r.warmup_steps, r.batch_size, r.epochs) == (5e-6, 0.1, 10, 64, 1)
+    assert r.learner_config(100).schedule == "cosine"
+
+
+@pytest.mark.parametrize("cls, kwargs, match", [
+    (DAPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
+    (GRPOConfig, {"batch_size": 30, "group_size": 16}, "not divisible by group_size"),
+    (GRPOConfig, {"kl_coef": 0.0}, "kl_coef > 0"),
+    (DAPOConfig, {"max_new_tokens": 4096, "max_context_tokens": 2048}, "raise max_context_tokens"),
+    (DAPOConfig, {"filter": "nonzero"}, "Did you mean"),
+    (DAPOConfig, {"length_threshold": 40, "max_turns": 40}, "length_threshold < max_turns"),
+    (DAPOConfig, {"group_size": 1}, "group_size >= 2"),
+    (RFTConfig, {"trajectories": ["/nonexistent.jsonl"]}, "does not exist"),
+    (DAPOConfig, {"engine": "vlm"}, "Did you mean 'vllm'"),
+])
+def test_contradictory_values_fail_clearly(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cls(**kwargs)
+
+
+def test_kl_in_dapo_warns_but_is_allowed():
+    with pytest.warns(UserWarning, match="no KL term"):
+        cfg = DAPOConfig(kl_coef=0.01)
+    assert cfg.learner_config().kl_coef == 0.01
+
+
+def test_bad_values_from_files_and_cli(tmp_path: Path):
+    f = tmp_path / "c.yaml"
+    f.write_text("lrr: 1.0\n")
+    with pytest.raises(ValueError, match="Did you mean 'lr'"):
+        _parse(DAPOConfig, ["--config", str(f)], "dapo")
+    with pytest.raises(ConfigError, match="lr: cannot read 'abc'"):
+        _parse(DAPOConfig, ["--lr", "abc"], "dapo")
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        _parse(DAPOConfig, ["--resume", str(tmp_path)], "dapo")
+
+
+def test_cli_rejects_contradiction_before_any_work(tmp_path: Path):
+    run = tmp_path / "run"
+    for main, argv in ((dapo.main, ["--eps-low", "0.5", "--eps-high", "0.3"]),
+                       (grpo.main, ["--batch-size", "10", "--group-size", "4"]),
+                       (rft.main, ["--batch-size", "0"])):
+        with pytest.raises(SystemExit, match="config error"):
+            main([*argv, "--run-dir", str(run)])
+    assert not run.exists()
