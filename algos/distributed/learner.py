@@ -18,7 +18,9 @@ Use :func:`make_learner` in entry points: it returns the plain Learner for one p
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,9 +29,18 @@ from torch import Tensor, nn
 
 from algos.data import MicroBatch, Sample
 from algos.distributed import context_parallel as cp_mod
-from algos.distributed.fsdp import DistContext, call_model, setup_distributed, shard_model
+from algos.distributed.fsdp import (
+    DistContext,
+    call_model,
+    load_checkpoint,
+    save_checkpoint,
+    setup_distributed,
+    shard_model,
+)
 from algos.learner import Learner, LearnerConfig
 from algos.logprobs import hidden_states, lm_head, token_logprobs
+
+_EXTRA = "learner_extra.pt"
 
 
 class _GatherCP(torch.autograd.Function):
@@ -130,6 +141,31 @@ class DistributedLearner(Learner):
             return torch.cat([pad, nxt[:, :-1]], 1)
 
         return whole(lp), (whole(ent) if ent is not None else None)
+
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, directory: str | os.PathLike,
+                        extra_state: dict[str, Any] | None = None) -> None:
+        """Sharded DCP save (every rank writes its shards) + scheduler/step/extra from rank 0.
+
+        ``fsdp.export_hf(directory, out)`` turns it into one HF folder.
+        """
+        save_checkpoint(directory, self.model, self.optimizer, self.ctx,
+                        extra={"step": self.step, "skipped_steps": self.skipped_steps})
+        if self.ctx.is_main:
+            torch.save({"scheduler": self.scheduler.state_dict(), "extra_state": extra_state},
+                       Path(directory) / _EXTRA)
+        self.ctx.barrier()
+
+    def load_checkpoint(self, directory: str | os.PathLike) -> dict[str, Any]:
+        """Load a checkpoint saved by :meth:`save_checkpoint` with any number of processes."""
+        meta = load_checkpoint(directory, self.model, self.optimizer, self.ctx)
+        extra = torch.load(Path(directory) / _EXTRA, weights_only=False)
+        self.scheduler.load_state_dict(extra["scheduler"])
+        self.step = int(meta["step"])
+        self.skipped_steps = int(meta.get("skipped_steps", 0))
+        return extra["extra_state"] or {}
 
 
 def make_learner(model: nn.Module, config: LearnerConfig, *, cp: int = 1,

@@ -35,6 +35,10 @@ def main() -> None:
     learner = make_learner(model, LearnerConfig(lr=1e-2, micro_batch_tokens=24, loss="dapo"),
                            cp=int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     logs = [learner.train_step(samples(s)) for s in range(2)]
+    if len(sys.argv) > 3:  # round trip through the learner's own checkpoint methods
+        learner.save_checkpoint(sys.argv[3], extra_state={"iteration": 2})
+        assert learner.load_checkpoint(sys.argv[3]) == {"iteration": 2}
+        assert learner.step == 2
     params = full_state_dict(learner.model) if hasattr(learner, "ctx") else {
         k: v.detach().clone() for k, v in learner.model.state_dict().items()}
     rank = getattr(getattr(learner, "ctx", None), "rank", 0)

@@ -122,7 +122,7 @@ def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, t
     """algos.learner.Learner via make_learner: DAPO loss, packing, uneven micro-batch counts."""
     worker = str(HERE / "learner_worker.py")
     _python([worker, str(tmp_path / "one.pt")])
-    torchrun_fn([worker, str(tmp_path / "dp2.pt"), "1"], 2)
+    torchrun_fn([worker, str(tmp_path / "dp2.pt"), "1", str(tmp_path / "ckpt")], 2)
     torchrun_fn([worker, str(tmp_path / "cp2.pt"), "2"], 2)
     one = torch.load(tmp_path / "one.pt")
     for name in ("dp2", "cp2"):
@@ -131,3 +131,9 @@ def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, t
             assert a["loss_tokens"] == b["loss_tokens"]
             assert abs(a["grad_norm"] - b["grad_norm"]) < TOL, (name, a, b)
         assert _max_param_diff(one["params"], other["params"]) < TOL, name
+    # DistributedLearner.save_checkpoint wrote a sharded checkpoint that exports to HF
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(export_hf(tmp_path / "ckpt", tmp_path / "hf"))
+    dp2 = torch.load(tmp_path / "dp2.pt")["params"]
+    assert all(torch.equal(hf.state_dict()[k], v) for k, v in dp2.items())
