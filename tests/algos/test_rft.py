@@ -1,0 +1,73 @@
+"""RFT end to end: oracle rollouts of 2 starter tasks -> SFT of a tiny random model (SmolLM2's
+tokenizer); trajectory files with an invalid turn -> that turn masked out of the loss."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.models import ScriptedModel
+from agents.rollout import rollout
+from agents.trajectory import Trajectory
+from algos import rft
+from algos.rft import RFTConfig, build_samples
+from algos.trainer import Counters, read_metrics
+
+TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
+
+
+def test_rft_on_oracle_rollouts(tmp_path: Path, capsys):
+    run = tmp_path / "run"
+    assert rft.main(["--rollout-model", "oracle", "--tasks", ",".join(TASKS),
+                     "--runs-per-task", "1", "--policy", "tiny-random", "--epochs", "3",
+                     "--batch-size", "1", "--lr", "1e-3", "--progress", "false",
+                     "--run-dir", str(run)]) == 0
+    kept = Trajectory.load_jsonl(run / "rft_data.jsonl")
+    assert kept and all(t.resolved for t in kept)  # only passing runs are trained on
+    rows = read_metrics(run)
+    assert len(rows) == 3 * len(kept)  # batch 1, 3 epochs
+    assert rows[-1]["nll"] < rows[0]["nll"]  # SFT lowers the NLL of the oracle's tokens
+    assert rows[0]["lr"] < max(r["lr"] for r in rows)  # linear warm-up
+    assert (run / "checkpoint" / "learner_state.pt").exists()
+    assert "nll" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def trajectories_with_invalid_turn(tmp_path_factory, smollm2_tok):
+    from swe_gym.oracle import oracle_actions
+    from swe_gym.tasks import load_tasks
+
+    task = next(t for t in load_tasks("starter") if t.instance_id == TASKS[0])
+    script = {task.instance_id: ["I will think first, no command here.", *oracle_actions(task)]}
+    model = ScriptedModel(script, tokenizer=smollm2_tok)
+    trajs = rollout("SWEStarter-v0", model, [task.instance_id], n_per_task=1)
+    path = tmp_path_factory.mktemp("trajs") / "t.jsonl"
+    Trajectory.save_jsonl(trajs, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def smollm2_tok():
+    from transformers import AutoTokenizer
+
+    from agents.models.smollm2 import smollm2_tokenizer_path
+
+    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer_path()))
+
+
+def test_invalid_turns_are_masked_out_of_the_loss(trajectories_with_invalid_turn, tmp_path):
+    (traj,) = Trajectory.load_jsonl(trajectories_with_invalid_turn)
+    assert traj.turns[0].invalid_action and traj.resolved
+    cfg = RFTConfig(trajectories=[str(trajectories_with_invalid_turn)], policy="tiny-random")
+    (sample,) = build_samples(cfg, [traj], Counters())
+    first = len(traj.turns[0].prompt_delta_ids)
+    n0 = len(traj.turns[0].completion_ids)
+    assert sample.loss_mask[first:first + n0] == [0] * n0  # the invalid turn: no loss
+    later = sum(len(t.completion_ids) for t in traj.turns[1:])
+    assert sample.num_loss_tokens == later  # every valid completion token is trained on
+    run = tmp_path / "run"
+    assert rft.main(["--trajectories", str(trajectories_with_invalid_turn), "--policy",
+                     "tiny-random", "--batch-size", "1", "--progress", "false",
+                     "--run-dir", str(run)]) == 0
+    assert read_metrics(run)[0]["loss_tokens"] == later
