@@ -87,13 +87,16 @@ class Policy:
     sampler: Any = None  # agents Model used for rollouts
     on_policy: bool = True  # the sampler samples from the policy's weights
     shares_weights: bool = False  # the sampler IS the training module (no push needed)
+    engine_dtype: torch.dtype | None = None  # cast pushed weights to the engine's dtype
 
     def push_weights(self) -> float:
         """Send the current weights to the rollout engine; returns seconds spent."""
         if not self.on_policy or self.shares_weights or self.sampler is None:
             return 0.0
         t0 = time.perf_counter()
-        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        dtype = self.engine_dtype
+        state = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point()
+                     else v.detach()) for k, v in self.model.state_dict().items()}
         self.sampler.update_weights(state)
         return time.perf_counter() - t0
 
@@ -138,7 +141,8 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
     """Load the policy and its rollout engine as ``cfg`` says (see RunConfig.engine)."""
     model, tokenizer, path = load_policy_model(
         cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
-    policy = Policy(model=model, tokenizer=tokenizer, path=path)
+    policy = Policy(model=model, tokenizer=tokenizer, path=path,
+                    engine_dtype=getattr(torch, cfg.engine_dtype))
     if cfg.rollout_model != "policy":
         from agents.models import load_model
 
@@ -147,11 +151,20 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
         policy.on_policy = False
         return policy
     if cfg.engine == "vllm":
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # keep the results table readable
         from agents.models.vllm import VLLMModel
 
+        extra: dict[str, Any] = {}
+        if getattr(cfg, "yarn_factor", None):  # the engine must use the same extended rope
+            extra["hf_overrides"] = {
+                "rope_parameters": model.config.rope_parameters,
+                "max_position_embeddings": model.config.max_position_embeddings}
         policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
-                                   dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy)
-        policy.push_weights()  # the policy may differ from the folder (YaRN, resumed weights)
+                                   dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
+                                   **extra)
+        # same weights as the folder; resumed weights are pushed by Trainer._resume
     elif cfg.engine_dtype == "float32":
         from agents.models.transformers import TransformersModel
 
