@@ -102,7 +102,7 @@ def test_execution_reward(mini_repo) -> None:
     _, reward, _, _, info = env.step(oracle_response(env, "local__mini-1"))
     assert reward == 1.0 and info["report"]["resolved"]
     env.reset(seed=0)
-    wrong = "```\n### calc.py\n<<<<<<< SEARCH\n    return a - b\n\n\ndef sub\n=======\n    return 5\n\n\ndef sub\n>>>>>>> REPLACE\n```"
+    wrong = "```\n### calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\ndef add(a, b):\n    return 5\n>>>>>>> REPLACE\n```"
     _, reward, _, _, info = env.step(f"<think>a wrong constant</think><solution>{wrong}</solution>")
     assert info["format_ok"] and reward == 0.0 and not info["report"]["resolved"]
     env.reset(seed=0)
