@@ -151,9 +151,6 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
         policy.on_policy = False
         return policy
     if cfg.engine == "vllm":
-        import os
-
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # keep the results table readable
         from agents.models.vllm import VLLMModel
 
         extra: dict[str, Any] = {}
@@ -164,7 +161,7 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
         policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
                                    dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
                                    **extra)
-        # same weights as the folder; resumed weights are pushed by Trainer._resume
+        # the folder holds the policy's weights; resumed weights are pushed by Trainer._resume
     elif cfg.engine_dtype == "float32":
         from agents.models.transformers import TransformersModel
 
