@@ -48,7 +48,9 @@ def _varied_script(tokenizer):
 
     def reply(conv):
         with lock:
-            quick = plan.setdefault(id(conv), next(counter) % 2 == 0)
+            if id(conv) not in plan:
+                plan[id(conv)] = next(counter) % 2 == 0
+            quick = plan[id(conv)]
         turn = sum(1 for m in conv.messages if m["role"] == "assistant")
         if quick or turn >= 1:
             return "Done.\n```\nsubmit\n```"
