@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from envs.selection import select_task
 from envs.spaces import UnicodeText
 from swe_gym.errors import SandboxError, unknown_choice
 from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
@@ -102,12 +103,7 @@ class SWEEnv(gym.Env[str, str]):
         task_id = options.pop("task_id", None)
         if options:
             raise ValueError(f"unknown reset option(s) {sorted(options)}; accepted: task_id")
-        if task_id is None:
-            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        elif task_id in self._by_id:
-            self.task = self._by_id[task_id]
-        else:
-            raise unknown_choice("task_id", task_id, self._by_id)
+        self.task = select_task(self.tasks, self._by_id, self.np_random, task_id)
         sandbox = make_sandbox(
             self.task, self.backend, command_timeout=self.command_timeout, **self.sandbox_options
         )

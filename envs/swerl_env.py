@@ -22,6 +22,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.utils import seeding
 
+from envs.selection import select_task
 from envs.spaces import UnicodeText
 from swe_gym.errors import unknown_choice
 from swe_gym.swerl.apply import make_patch
@@ -146,13 +147,7 @@ class SWERLEnv(gym.Env[str, str]):
     ) -> tuple[str, dict]:
         super().reset(seed=seed)
         options = options or {}
-        task_id = options.get("task_id")
-        if task_id is not None:
-            if task_id not in self._by_id:
-                raise unknown_choice("task_id", task_id, self._by_id)
-            task = self._by_id[task_id]
-        else:
-            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        task = select_task(self.tasks, self._by_id, self.np_random, options.get("task_id"))
         ctx = self.code_context(task)
         self._task, self._done = task, False
         info = {

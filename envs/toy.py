@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from envs.selection import select_task
 from envs.spaces import UnicodeText
 from swe_gym.errors import unknown_choice
 
@@ -59,12 +60,7 @@ class ToyKeywordEnv(gym.Env[str, str]):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
-        if task_id is None:
-            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        elif task_id in self._by_id:
-            self.task = self._by_id[task_id]
-        else:
-            raise unknown_choice("task_id", task_id, self._by_id)
+        self.task = select_task(self.tasks, self._by_id, self.np_random, task_id)
         return self.task.prompt, {"task_id": self.task.instance_id,
                                   "system_prompt": self.system_prompt}
 
