@@ -66,7 +66,7 @@ def main() -> None:
         cmd = [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "bash", "-c", "true"]
         rows["fresh bwrap sandbox per command"] = _median_ms(lambda: subprocess.run(cmd), args.steps)
 
-    env = gym.make("SWEStarter-v0")
+    env = gym.make("SWEStarter-v0", max_turns=10**6)
     env.reset(seed=0)
     action = "```\ntrue\n```"
     rows["env.step('true') persistent session"] = _median_ms(lambda: env.step(action), args.steps)
