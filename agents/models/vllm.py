@@ -196,6 +196,7 @@ class VLLMModel:
 
     def _vllm_params(self, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         greedy = params.temperature == 0
         return VSamplingParams(
@@ -210,9 +211,12 @@ class VLLMModel:
             include_stop_str_in_output=True,  # the text covers every sampled token
             logprobs=0,  # the sampled token's log-prob only
             detokenize=bool(params.stop),  # we decode ourselves; vLLM needs text for stop strings
+            output_kind=RequestOutputKind.FINAL_ONLY,  # no partial outputs built at every step
         )
 
     def _loop(self) -> None:
+        from vllm.inputs import TokensPrompt
+
         engine = self.llm.llm_engine
         running: dict[str, tuple[list[int], Future]] = {}
         held: list[Any] = []  # items that must wait for the running requests to finish
@@ -249,13 +253,16 @@ class VLLMModel:
                 _, prompt, vparams, future = item
                 request_id = f"{self.name}-{next(self._ids)}"
                 try:
-                    engine.add_request(request_id, {"prompt_token_ids": prompt}, vparams)
+                    engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), vparams)
                 except Exception as exc:  # noqa: BLE001 - a bad request fails only its caller
                     future.set_exception(exc)
                     continue
                 running[request_id] = (prompt, future)
                 self.stats["requests"] += 1
             if not running:
+                continue
+            if not engine.has_unfinished_requests():  # never spin on requests vLLM dropped
+                self._fail_all(running, RuntimeError("vLLM lost track of running requests"))
                 continue
             self.stats["max_running"] = max(self.stats["max_running"], len(running))
             self.stats["steps"] += 1
