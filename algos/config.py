@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import inspect
 import json
+import os
 import textwrap
 import time
 import types
@@ -40,6 +41,7 @@ CONFIG_FILE = "config.yaml"  # the resolved config, written into every run direc
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 ENGINES = ("transformers", "vllm")
 DTYPES = ("float32", "bfloat16")
+ROLLOUT_BACKENDS = ("threads", "ray")
 
 
 class ConfigError(ValueError):
@@ -329,6 +331,20 @@ class RunConfig:
     """Show a tqdm progress bar with ETA."""
     resume: bool = False
     """Continue from run_dir's latest checkpoint (set by --resume RUN_DIR)."""
+    cp: int = 1
+    """Context-parallel size under torchrun: each sequence is split over this many ranks (ring
+    attention); the world size must be divisible by it (data-parallel size = world // cp)."""
+    rollout_backend: str = "threads"
+    """Where episodes run: 'threads' (in the training process, concurrency at once) or 'ray'
+    (RolloutWorker actors on a Ray cluster, sandboxes spread over its nodes, one shared engine)."""
+    ray_address: str | None = None
+    """Ray cluster to join with rollout_backend=ray ('auto': the local node's cluster started
+    with `ray start`); none starts a private local Ray instance."""
+    ray_workers: int = 2
+    """Rollout worker actors with rollout_backend=ray (each runs `concurrency` episodes)."""
+    max_sandbox_starts_per_node: int = 8
+    """Sandbox starts at once per Ray node (rollout_backend=ray), so a burst of resets cannot
+    overload one Docker daemon."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -355,6 +371,18 @@ class RunConfig:
             raise ConfigError(f"temperature must be > 0 for RL sampling; got {self.temperature}")
         if self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
+        if self.cp < 1:
+            raise ConfigError(f"cp must be >= 1; got {self.cp}")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world % self.cp:
+            raise ConfigError(
+                f"cp={self.cp} does not divide the world size {world} (WORLD_SIZE from torchrun); "
+                f"choose a cp among {[d for d in range(1, world + 1) if world % d == 0]}")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise unknown_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
+        for name in ("ray_workers", "max_sandbox_starts_per_node"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.resume and not self.run_dir:
             raise ConfigError("resume needs run_dir: use --resume RUN_DIR")
 

@@ -25,9 +25,13 @@ One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
 Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
 with status 130; ``--resume RUN_DIR`` continues the same run.
 
-Seam for the distributed learner: :func:`build_policy` (model, tokenizer, rollout engine) and
-``learner_factory`` (``Learner`` by default) are the only places that create them; pass your
-own to :class:`Trainer` to run FSDP/CP learners or Ray rollouts without touching the loop.
+Scale: :func:`build_policy` (model, tokenizer, rollout engine) and ``learner_factory``
+(:func:`algos.distributed.learner.make_learner` by default) are the only places that create them.
+Under ``torchrun --nproc-per-node N`` the learner is FSDP2-sharded over N ranks (``cp`` of them
+split each sequence); rank 0 alone rolls out, scores and filters, then broadcasts the kept samples
+to every rank, and alone logs and holds the rollout engine (the full weights are gathered for each
+push). Checkpoints are then sharded (every rank writes its part) and resumable with any number
+of processes. ``rollout_backend=ray`` runs the episodes on a Ray cluster (:class:`RayRollouts`).
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ import inspect
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +62,7 @@ import torch
 from algos import core
 from algos.config import ConfigError, save_config, to_dict
 from algos.data import Sample
+from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
 from algos.learner import Learner, LearnerConfig
 from swe_gym.errors import unknown_choice
 
@@ -89,14 +97,21 @@ class Policy:
     shares_weights: bool = False  # the sampler IS the training module (no push needed)
     engine_dtype: torch.dtype | None = None  # cast pushed weights to the engine's dtype
 
-    def push_weights(self) -> float:
-        """Send the current weights to the rollout engine; returns seconds spent."""
-        if not self.on_policy or self.shares_weights or self.sampler is None:
+    @property
+    def needs_push(self) -> bool:
+        """Whether the engine holds its own copy of the weights (pushed after each update)."""
+        return self.on_policy and not self.shares_weights
+
+    def push_weights(self, state: dict[str, torch.Tensor] | None = None) -> float:
+        """Send the current weights (or ``state``: the gathered full weights of a sharded model)
+        to the rollout engine; returns seconds spent."""
+        if not self.needs_push or self.sampler is None:
             return 0.0
         t0 = time.perf_counter()
         dtype = self.engine_dtype
+        state = self.model.state_dict() if state is None else state
         state = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point()
-                     else v.detach()) for k, v in self.model.state_dict().items()}
+                     else v.detach()) for k, v in state.items()}
         self.sampler.update_weights(state)
         return time.perf_counter() - t0
 
@@ -137,12 +152,20 @@ def load_policy_model(spec: str, run_dir: Path, seed: int = 0,
     return model, tokenizer, path
 
 
-def build_policy(cfg: Any, run_dir: Path) -> Policy:
-    """Load the policy and its rollout engine as ``cfg`` says (see RunConfig.engine)."""
+def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
+    """Load the policy and its rollout engine as ``cfg`` says (see RunConfig.engine).
+
+    ``share_module=False`` gives the transformers engine its own copy even in float32 (a
+    sharded training module cannot sample on one rank alone).
+    """
     model, tokenizer, path = load_policy_model(
         cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
     policy = Policy(model=model, tokenizer=tokenizer, path=path,
                     engine_dtype=getattr(torch, cfg.engine_dtype))
+    if cfg.rollout_backend == "ray":
+        policy.sampler = RayRollouts(cfg, path)
+        policy.on_policy = cfg.rollout_model == "policy"
+        return policy
     if cfg.rollout_model != "policy":
         from agents.models import load_model
 
@@ -162,7 +185,7 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
                                    dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
                                    **extra)
         # the folder holds the policy's weights; resumed weights are pushed by Trainer._resume
-    elif cfg.engine_dtype == "float32":
+    elif cfg.engine_dtype == "float32" and share_module:
         from agents.models.transformers import TransformersModel
 
         policy.sampler = TransformersModel(model, tokenizer=tokenizer, seed=cfg.seed,
@@ -177,12 +200,89 @@ def build_policy(cfg: Any, run_dir: Path) -> Policy:
     return policy
 
 
+def rollout_engine(spec: str, path: str, engine: str, dtype: str, seed: int, max_model_len: int,
+                   name: str) -> Any:
+    """An ``agents`` model sampling from the HF folder ``path`` (built inside a Ray actor), or
+    the off-policy model ``spec`` when it is not 'policy'."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if spec != "policy":
+        from agents.models import load_model
+
+        return load_model(spec, tokenizer=tokenizer)
+    if engine == "vllm":
+        from agents.models.vllm import VLLMModel
+
+        return VLLMModel(path, max_model_len=max_model_len, dtype=dtype, seed=seed, name=name)
+    from transformers import AutoModelForCausalLM
+
+    from agents.models.transformers import TransformersModel
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    return TransformersModel(model, tokenizer=tokenizer, seed=seed, name=name)
+
+
+class RayRollouts:
+    """``rollout_backend=ray``: episodes on :class:`~algos.distributed.ray_rollout.RayRolloutPool`
+    workers (each runs ``concurrency`` agent loops with their sandboxes). On-policy, the workers'
+    models call one shared engine actor, which :meth:`update_weights` refreshes; an off-policy
+    ``rollout_model`` is built inside each worker."""
+
+    def __init__(self, cfg: Any, path: Path):
+        import ray
+
+        from algos.distributed.ray_rollout import RayRolloutConfig, RayRolloutPool
+
+        if getattr(cfg, "yarn_factor", None):
+            raise ConfigError("yarn_factor is not supported with rollout_backend=ray yet; use "
+                              "rollout_backend=threads")
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False)
+        on_policy = cfg.rollout_model == "policy"
+        rcfg = RayRolloutConfig(
+            num_workers=cfg.ray_workers, worker_concurrency=cfg.concurrency,
+            max_sandbox_starts_per_node=cfg.max_sandbox_starts_per_node,
+            episode_timeout_s=cfg.episode_timeout_s, env_id=cfg.env,
+            env_kwargs=env_kwargs_for(cfg), agent_kwargs=agent_kwargs(cfg),
+            num_engines=1 if on_policy else 0,
+            engine_num_gpus=1.0 if on_policy and cfg.engine == "vllm"
+            and torch.cuda.is_available() else 0.0)
+        factory = partial(rollout_engine, cfg.rollout_model, str(path), cfg.engine,
+                          cfg.engine_dtype, cfg.seed, cfg.max_context_tokens, cfg.policy)
+        self.pool = RayRolloutPool(rcfg, model_factory=factory)
+        self.pool.wait_ready()
+
+    def rollout(self, task_ids: Sequence[str], n_per_task: int, seed: int,
+                progress: Callable[[Any], None] | None = None) -> list[Any]:
+        """Same jobs, seeds and order as :func:`agents.rollout.rollout` (task-major)."""
+        jobs = [(t, seed + j) for t in task_ids for j in range(n_per_task)]
+        res = self.pool.run(jobs, progress=None if progress is None else
+                            (lambda _j, traj: progress(traj)))
+        return list(res.trajectories)
+
+    def update_weights(self, state: dict[str, torch.Tensor]) -> None:
+        self.pool.push_weights(state)
+
+    def close(self) -> None:
+        import ray
+
+        self.pool.shutdown()
+        if self._owns_ray:
+            ray.shutdown()
+
+
 LearnerFactory = Callable[..., Any]
 
 
 def default_learner_factory(model: torch.nn.Module, config: LearnerConfig, *,
-                            ref_model: torch.nn.Module | None, tokenizer: Any) -> Learner:
-    return Learner(model, config, ref_model=ref_model, tokenizer=tokenizer)
+                            ref_model: torch.nn.Module | None, tokenizer: Any,
+                            cp: int = 1) -> Learner:
+    """A plain Learner in one process; an FSDP2 (+ CP) DistributedLearner under torchrun."""
+    from algos.distributed.learner import make_learner
+
+    return make_learner(model, config, cp=cp, ref_model=ref_model, tokenizer=tokenizer)
 
 
 # ------------------------------------------------------------------------------------------
@@ -311,6 +411,9 @@ def run_rollouts(cfg: Any, sampler: Any, task_ids: Sequence[str], n_per_task: in
                  progress: Callable[[Any], None] | None = None) -> list[Any]:
     """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``."""
     from agents.rollout import rollout
+
+    if isinstance(sampler, RayRollouts):
+        return sampler.rollout(task_ids, n_per_task, seed, progress)
 
     return rollout(cfg.env, sampler, list(task_ids), n_per_task=n_per_task,
                    concurrency=cfg.concurrency, agent_kwargs=agent_kwargs(cfg),
@@ -605,6 +708,84 @@ def seed_everything(seed: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------
+# torchrun: shared objects and sharded checkpoints
+# ------------------------------------------------------------------------------------------
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled; no-op without a process group)."""
+    if not torch.distributed.is_initialized():
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+_GLOBAL_METRICS = ("grad_norm", "lr", "step", "skipped", "skipped_steps", "loss_tokens",
+                   "sequences", "tokens", "padded_tokens", "micro_batches", "time_s",
+                   "tokens_per_s")
+
+
+def reduce_step_metrics(metrics: dict[str, float], samples: Sequence[Sample],
+                        ctx: DistContext) -> dict[str, float]:
+    """One process's view of a DistributedLearner step: its metrics are rank-local (each rank
+    saw its DP share), so ``loss`` (already divided by the global token count) is summed over
+    the DP ranks, ``*_max``/``*_min`` take the max/min, and the other per-token means are
+    weighted by each rank's loss tokens (collective: every rank calls it)."""
+    from algos.distributed.fsdp import all_reduce_sum
+
+    weight = float(sum(s.num_loss_tokens for s in ctx.split_for_dp(samples)))
+    local = {k: v for k, v in metrics.items() if k not in _GLOBAL_METRICS}
+    sums = {f"sum:{k}": v * (1.0 if k == "loss" else weight) for k, v in local.items()
+            if not k.endswith(("_max", "_min"))}
+    sums = all_reduce_sum({**sums, "weight": weight}, ctx)
+    out = dict(metrics)
+    for k in local:
+        if k == "loss":  # every CP rank of a DP group holds the same loss
+            out[k] = sums["sum:loss"] / ctx.cp
+        elif k.endswith(("_max", "_min")):
+            sign = 1.0 if k.endswith("_max") else -1.0
+            t = torch.tensor(sign * metrics[k], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            out[k] = sign * float(t)
+        else:
+            out[k] = sums[f"sum:{k}"] / max(sums["weight"], 1.0)
+    return out
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """A DistributedLearner checkpoint (DCP shards + its extra state)."""
+    return (path / ".metadata").exists() and (path / "learner_extra.pt").exists()
+
+
+def find_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint to resume from: sharded (or its copy kept by an interrupted sharded save)
+    or single-process (``algos.checkpoint``'s layout); ``None`` when there is none."""
+    from algos.checkpoint import resolve_checkpoint
+
+    for path in (directory, directory.with_name(f".{directory.name}.old-dcp")):
+        if is_sharded_checkpoint(path):
+            return path
+    try:
+        return resolve_checkpoint(directory)
+    except FileNotFoundError:
+        return None
+
+
+def load_sharded_into(learner: Learner, ckpt: Path) -> dict[str, Any]:
+    """Load a sharded checkpoint (any world size) into a single-process Learner; returns its
+    extra state. DCP reshards the weights and optimizer state on load."""
+    from algos.distributed import fsdp
+
+    meta = fsdp.load_checkpoint(ckpt, learner.model, learner.optimizer, DistContext())
+    extra = torch.load(ckpt / "learner_extra.pt", weights_only=False)
+    learner.scheduler.load_state_dict(extra["scheduler"])
+    learner.step = int(meta["step"])
+    learner.skipped_steps = int(meta.get("skipped_steps", 0))
+    return extra["extra_state"] or {}
+
+
+# ------------------------------------------------------------------------------------------
 # The RL loop (GRPO, DAPO)
 # ------------------------------------------------------------------------------------------
 
@@ -618,10 +799,15 @@ class Trainer:
     """
 
     def __init__(self, cfg: Any, algo: str, *, policy: Policy | None = None,
-                 learner_factory: LearnerFactory = default_learner_factory,
+                 learner_factory: LearnerFactory | None = None,
                  reward_fn: Callable[[Any], float] | None = None) -> None:
         self.cfg = cfg
         self.algo = algo
+        self.dist: DistContext = setup_distributed(cp=cfg.cp)
+        if self.dist.distributed:  # one run_dir for every rank (the default holds the time)
+            if self.dist.is_main:
+                cfg.resolve_run_dir(algo)
+            cfg.run_dir = broadcast_object(cfg.run_dir)
         self.run_dir = cfg.resolve_run_dir(algo)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed)
@@ -630,12 +816,15 @@ class Trainer:
         if cfg.solve_rates:
             pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
         self.sampler = TaskSampler(pool, cfg.seed)
-        self.policy = policy if policy is not None else build_policy(cfg, self.run_dir)
-        self.prompt_tokens = check_prompt_fits(cfg, self.policy.tokenizer, pool[0])
+        self.policy = policy if policy is not None else self._build_policy()
+        if self.dist.is_main:  # may start a sandbox; only rank 0 rolls out
+            self.prompt_tokens = check_prompt_fits(cfg, self.policy.tokenizer, pool[0])
         lcfg = cfg.learner_config()
         ref = None
         if lcfg.kl_coef > 0:
             ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        if learner_factory is None:
+            learner_factory = partial(default_learner_factory, cp=cfg.cp)
         self.learner = learner_factory(self.policy.model, lcfg, ref_model=ref,
                                        tokenizer=self.policy.tokenizer)
         mode = cfg.old_logprobs
@@ -655,7 +844,35 @@ class Trainer:
         self.rows: list[dict[str, Any]] = []
         if cfg.resume:
             self._resume()
-        save_config(cfg, self.run_dir)
+        if self.dist.is_main:
+            save_config(cfg, self.run_dir)
+
+    def _build_policy(self) -> Policy:
+        """:func:`build_policy`; under torchrun rank 0 alone builds the rollout engine (its own
+        copy of the weights) and the other ranks load only the model."""
+        if not self.dist.distributed:
+            return build_policy(self.cfg, self.run_dir)
+        cfg = self.cfg
+        policy = build_policy(cfg, self.run_dir, share_module=False) if self.dist.is_main else None
+        self.dist.barrier()  # rank 0 may have written the initial weights (tiny-random)
+        if policy is None:
+            model, tokenizer, path = load_policy_model(
+                cfg.policy, self.run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
+            policy = Policy(model=model, tokenizer=tokenizer, path=path,
+                            on_policy=cfg.rollout_model == "policy")
+        return policy
+
+    def push_weights(self) -> float:
+        """New weights to the rollout engine; a sharded model is gathered first (collective)."""
+        if not self.dist.distributed:
+            return self.policy.push_weights()
+        if not self.policy.needs_push:
+            return 0.0
+        t0 = time.perf_counter()
+        state = full_state_dict(self.learner.model)  # every rank; rank 0 receives the weights
+        if self.dist.is_main:
+            self.policy.push_weights(state)
+        return time.perf_counter() - t0
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -666,29 +883,54 @@ class Trainer:
         extra = {"iteration": self.iteration, "sampler": self.sampler.state_dict(),
                  "solve_counts": self.solve_counts, "skipped_iterations": self.skipped_iterations,
                  "algo": self.algo}
-        self.learner.save_checkpoint(self.checkpoint_dir, extra_state=extra)
-        rates = {t: {"attempts": a, "resolved": r, "rate": r / a if a else 0.0}
-                 for t, (a, r) in sorted(self.solve_counts.items())}
-        (self.run_dir / SOLVE_RATES_FILE).write_text(json.dumps(rates, indent=1))
+        if hasattr(self.learner, "ctx"):  # DistributedLearner: sharded DCP, every rank writes
+            self._save_sharded(extra)
+        else:
+            self.learner.save_checkpoint(self.checkpoint_dir, extra_state=extra)
+        if self.dist.is_main:
+            rates = {t: {"attempts": a, "resolved": r, "rate": r / a if a else 0.0}
+                     for t, (a, r) in sorted(self.solve_counts.items())}
+            (self.run_dir / SOLVE_RATES_FILE).write_text(json.dumps(rates, indent=1))
+
+    def _save_sharded(self, extra: dict[str, Any]) -> None:
+        """DCP save into a temporary sibling, then renamed into place by rank 0, so a run killed
+        mid-save keeps its previous checkpoint (as the single-process save does)."""
+        dest = self.checkpoint_dir
+        tmp, old = dest.with_name(f".{dest.name}.tmp-dcp"), dest.with_name(f".{dest.name}.old-dcp")
+        if self.dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.dist.barrier()
+        self.learner.save_checkpoint(tmp, extra_state=extra)  # ends with a barrier
+        if self.dist.is_main:
+            if dest.exists():
+                os.rename(dest, old)
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        self.dist.barrier()
 
     def _resume(self) -> None:
-        from algos.checkpoint import resolve_checkpoint
-
-        try:
-            ckpt = resolve_checkpoint(self.checkpoint_dir)
-        except FileNotFoundError:
-            ckpt = self.checkpoint_dir
-        if not (ckpt / "learner_state.pt").exists():
+        ckpt = find_checkpoint(self.checkpoint_dir)
+        if ckpt is None:
             log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
             return
-        extra = self.learner.load_checkpoint(ckpt)
+        if is_sharded_checkpoint(ckpt):
+            extra = (self.learner.load_checkpoint(ckpt) if hasattr(self.learner, "ctx")
+                     else load_sharded_into(self.learner, ckpt))
+        elif hasattr(self.learner, "ctx"):
+            raise ConfigError(
+                f"{ckpt} was written by a single process (Hugging Face format); resume it "
+                "without torchrun, or start a new run from its weights with --policy "
+                f"{ckpt}")
+        else:
+            extra = self.learner.load_checkpoint(ckpt)
         self.iteration = int(extra["iteration"])
         self.sampler.load_state_dict(extra["sampler"])
         self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
         self.skipped_iterations = int(extra.get("skipped_iterations", 0))
-        self.policy.push_weights()
-        print(f"resumed {self.run_dir} at iteration {self.iteration} "
-              f"(optimizer step {self.learner.step})", file=sys.stderr)
+        self.push_weights()
+        if self.dist.is_main:
+            print(f"resumed {self.run_dir} at iteration {self.iteration} "
+                  f"(optimizer step {self.learner.step})", file=sys.stderr)
 
     # ------------------------------------------------------------------ one iteration
     def _collect(self, counters: Counters, tick: Callable[[Any], None]) -> tuple[list[Scored], int,
@@ -723,14 +965,11 @@ class Trainer:
             n_problems = cfg.refill_problems or cfg.problems_per_iteration
         return kept, rounds, [s.reward for s in all_scored]
 
-    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Any], None]) -> dict[str, Any]:
+    def _make_samples(self, counters: Counters, tick: Callable[[Any], None]
+                      ) -> tuple[list[Sample], list[Scored], int, list[float]]:
+        """Steps 1-6 (rank 0 only under torchrun): ``(samples, kept, refill rounds, rewards)``."""
         cfg = self.cfg
-        t0 = time.perf_counter()
-        counters = Counters()
         kept, rounds, rewards = self._collect(counters, tick)
-        t_rollout = time.perf_counter() - t0
-        all_trajs = counters.episodes
-        row: dict[str, Any] = {"iteration": self.iteration + 1, "refill_rounds": rounds}
         if len(kept) < self.needed:
             msg = (f"iteration {self.iteration + 1}: only {len(kept)} of batch_size="
                    f"{self.needed} samples survived filter={cfg.filter!r} after {rounds} "
@@ -754,6 +993,28 @@ class Trainer:
                                counters, f"{s.traj.task_id}/{i}")
             if sample is not None:
                 samples.append(sample)
+        return samples, kept, rounds, rewards
+
+    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Any], None]) -> dict[str, Any]:
+        """One iteration; returns its metrics row (an empty dict on ranks other than 0)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        counters = Counters()
+        samples: list[Sample] = []
+        kept: list[Scored] = []
+        rounds, rewards, error = 0, [], None
+        if self.dist.is_main:
+            try:
+                samples, kept, rounds, rewards = self._make_samples(counters, tick)
+            except Exception as e:  # the other ranks wait for the samples: tell them
+                if not self.dist.distributed:
+                    raise
+                error = e
+        if self.dist.distributed:  # DistributedLearner takes the same full list on every rank
+            samples, error = broadcast_object((samples, error))
+            if error is not None:
+                raise error
+        t_rollout = time.perf_counter() - t0
         if samples and self.old_logprobs_mode == "recompute":
             lps = self.learner.compute_logprobs(samples)
             samples = [dataclasses.replace(x, old_logprobs=[v * m for v, m in zip(
@@ -766,13 +1027,21 @@ class Trainer:
             n_steps = max(1, min(cfg.max_steps_per_iteration, len(samples) // cfg.batch_size))
             chunks = [order[k::n_steps] for k in range(n_steps)]
             for chunk in chunks:
+                batch = [samples[j] for j in chunk]
                 with guard.critical():
-                    step_metrics.append(self.learner.train_step([samples[j] for j in chunk]))
-            t_push = self.policy.push_weights()
+                    metrics = self.learner.train_step(batch)
+                    if hasattr(self.learner, "ctx") and self.learner.ctx.distributed:
+                        metrics = reduce_step_metrics(metrics, batch, self.learner.ctx)
+                step_metrics.append(metrics)
+            t_push = self.push_weights()
         else:
             t_push = 0.0
         t_train = time.perf_counter() - t1
+        if not self.dist.is_main:
+            return {}
+        all_trajs = counters.episodes
         trajs_rewards = torch.tensor(rewards) if rewards else torch.zeros(0)
+        row: dict[str, Any] = {"iteration": self.iteration + 1, "refill_rounds": rounds}
         row.update(self._rollout_stats(counters, rewards))
         row.update({
             "reward_mean": float(trajs_rewards.mean()) if rewards else float("nan"),
@@ -810,10 +1079,11 @@ class Trainer:
     def run(self) -> list[dict[str, Any]]:
         """All iterations; returns the metric rows. Raises KeyboardInterrupt after saving."""
         cfg = self.cfg
+        main = self.dist.is_main  # under torchrun rank 0 alone logs
         logger = MetricsLogger(self.run_dir, cfg.log, to_dict(cfg), cfg.wandb_project,
-                               resume_from=self.iteration if cfg.resume else None)
+                               resume_from=self.iteration if cfg.resume else None) if main else None
         bar = None
-        if cfg.progress:
+        if cfg.progress and main:
             from tqdm import tqdm
 
             bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=self.algo,
@@ -831,10 +1101,11 @@ class Trainer:
                                                     f"{stats.resolved}", refresh=False)
 
                         row = self.iteration_step(guard, tick)
-                        row.update(stats.summary())
                         self.iteration += 1
-                        logger.log(row)
-                        self.rows.append(row)
+                        if logger is not None:
+                            row.update(stats.summary())
+                            logger.log(row)
+                            self.rows.append(row)
                         if bar is not None:
                             bar.update(1)
                             bar.set_postfix(reward=f"{row['reward_mean']:.3f}",
@@ -849,7 +1120,8 @@ class Trainer:
                     if bar is not None:
                         bar.close()
                         bar = None
-                    print(f"\ninterrupted: saving a checkpoint at iteration {self.iteration} "
+                    print(f"\n[rank {self.dist.rank}] interrupted: saving a checkpoint at "
+                          f"iteration {self.iteration} "
                           f"(optimizer step {getattr(self.learner, 'step', '?')})",
                           file=sys.stderr)
                     self.save()
@@ -860,11 +1132,16 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
-            logger.close()
+            if logger is not None:
+                logger.close()
         return self.rows
 
     def close(self) -> None:
         self.policy.close()
+        if self.dist.distributed:
+            from algos.distributed.fsdp import teardown_distributed
+
+            teardown_distributed()
 
 
 @dataclass
@@ -925,6 +1202,8 @@ def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
         raise SystemExit(f"error: {e}") from None
     finally:
         trainer.close()
+    if not trainer.dist.is_main:
+        return 0
     print(format_table(rows, RESULT_COLUMNS))
     print(f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
           f"plot: python -m algos.plot {trainer.run_dir}")
