@@ -223,16 +223,33 @@ def rollout_engine(spec: str, path: str, engine: str, dtype: str, seed: int, max
     return TransformersModel(model, tokenizer=tokenizer, seed=seed, name=name)
 
 
+def engine_client(engines: Sequence[Any], path: str, name: str) -> Any:
+    """The model inside a Ray rollout worker: an ``EngineProxy`` to the shared engine actors,
+    given the policy's tokenizer so the agent renders exact token ids (a proxy without one gives
+    text-only, not token-exact, trajectories that the trainer would drop)."""
+    from transformers import AutoTokenizer
+
+    from algos.distributed.ray_rollout import EngineProxy
+
+    proxy = EngineProxy(engines, name=name)
+    proxy.tokenizer = AutoTokenizer.from_pretrained(path)
+    return proxy
+
+
 class RayRollouts:
     """``rollout_backend=ray``: episodes on :class:`~algos.distributed.ray_rollout.RayRolloutPool`
     workers (each runs ``concurrency`` agent loops with their sandboxes). On-policy, the workers'
-    models call one shared engine actor, which :meth:`update_weights` refreshes; an off-policy
-    ``rollout_model`` is built inside each worker."""
+    models call one shared engine actor (an ``InferenceEngine``), which :meth:`update_weights`
+    refreshes; an off-policy ``rollout_model`` is built inside each worker."""
 
     def __init__(self, cfg: Any, path: Path):
         import ray
 
-        from algos.distributed.ray_rollout import RayRolloutConfig, RayRolloutPool
+        from algos.distributed.ray_rollout import (
+            InferenceEngine,
+            RayRolloutConfig,
+            RayRolloutPool,
+        )
 
         if getattr(cfg, "yarn_factor", None):
             raise ConfigError("yarn_factor is not supported with rollout_backend=ray yet; use "
@@ -240,17 +257,21 @@ class RayRollouts:
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False)
-        on_policy = cfg.rollout_model == "policy"
         rcfg = RayRolloutConfig(
             num_workers=cfg.ray_workers, worker_concurrency=cfg.concurrency,
             max_sandbox_starts_per_node=cfg.max_sandbox_starts_per_node,
             episode_timeout_s=cfg.episode_timeout_s, env_id=cfg.env,
-            env_kwargs=env_kwargs_for(cfg), agent_kwargs=agent_kwargs(cfg),
-            num_engines=1 if on_policy else 0,
-            engine_num_gpus=1.0 if on_policy and cfg.engine == "vllm"
-            and torch.cuda.is_available() else 0.0)
+            env_kwargs=env_kwargs_for(cfg), agent_kwargs=agent_kwargs(cfg))
         factory = partial(rollout_engine, cfg.rollout_model, str(path), cfg.engine,
                           cfg.engine_dtype, cfg.seed, cfg.max_context_tokens, cfg.policy)
+        self.engines: list[Any] = []
+        self.weight_version = 0
+        if cfg.rollout_model == "policy":  # one shared engine; the workers hold clients
+            gpus = 1.0 if cfg.engine == "vllm" and torch.cuda.is_available() else 0.0
+            self.engines = [ray.remote(InferenceEngine).options(
+                num_cpus=rcfg.engine_num_cpus, num_gpus=gpus,
+                max_concurrency=rcfg.engine_concurrency).remote(factory)]
+            factory = partial(engine_client, self.engines, str(path), cfg.policy)
         self.pool = RayRolloutPool(rcfg, model_factory=factory)
         self.pool.wait_ready()
 
@@ -263,12 +284,19 @@ class RayRollouts:
         return list(res.trajectories)
 
     def update_weights(self, state: dict[str, torch.Tensor]) -> None:
-        self.pool.push_weights(state)
+        """The new weights to every engine (through the object store, one copy per node)."""
+        import ray
+
+        self.weight_version += 1
+        ref = ray.put(state)
+        ray.get([e.update_weights.remote(ref, self.weight_version) for e in self.engines])
 
     def close(self) -> None:
         import ray
 
         self.pool.shutdown()
+        for engine in self.engines:
+            ray.kill(engine)
         if self._owns_ray:
             ray.shutdown()
 

@@ -59,3 +59,34 @@ def test_cp_must_divide_the_world_size(monkeypatch):
 def test_unknown_rollout_backend_is_named():
     with pytest.raises(ValueError, match="unknown rollout_backend 'rey'.*Did you mean 'ray'"):
         DAPOConfig(rollout_backend="rey")
+
+
+def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
+    ray = pytest.importorskip("ray")
+    from algos.trainer import RayRollouts, Trainer
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    try:
+        cfg = DAPOConfig(
+            run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
+            policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
+            group_size=4, problems_per_iteration=2, batch_size=2, length_penalty=False,
+            lr=1e-3, progress=False, concurrency=2, iterations=2, max_steps_per_iteration=1,
+            old_logprobs="sampler", rollout_backend="ray", ray_workers=1)
+        trainer = Trainer(cfg, "dapo")
+        try:
+            assert isinstance(trainer.policy.sampler, RayRollouts)
+            rows = trainer.run()
+            engine = trainer.policy.sampler.engines[0]
+            assert ray.get(engine.version.remote()) == 2  # one push per iteration
+        finally:
+            trainer.close()
+    finally:
+        ray.shutdown()
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["episodes"] >= 8 and r["kept"] >= 2 and r["optimizer_steps"] == 1
+        assert r["rollout_errors"] == 0 and r["not_token_exact"] == 0
+        # the engine's log-probs equal the learner's: the engine holds the pushed weights
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
