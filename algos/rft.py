@@ -19,6 +19,7 @@ truncated (counted) rather than dropped.
 from __future__ import annotations
 
 import math
+import os
 import random
 import sys
 import time
@@ -141,6 +142,11 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
     """The whole RFT run; returns one metrics row per optimiser step."""
     from agents.trajectory import Trajectory
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.rollout_backend != "threads":
+        raise ConfigError(
+            "RFT runs in one process with rollout_backend=threads; run it without torchrun "
+            f"(WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')}, rollout_backend="
+            f"{cfg.rollout_backend!r})")
     run_dir = cfg.resolve_run_dir("rft")
     run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)
