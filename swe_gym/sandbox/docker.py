@@ -546,17 +546,21 @@ class DockerSandbox:
     def _inside(self, p: str) -> bool:
         return p == self.workdir or p.startswith(self.workdir.rstrip("/") + "/")
 
-    def read_file(self, path: str) -> bytes:
-        """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
-        import docker.errors
-
+    def _resolve(self, path: str) -> str:
+        """The absolute in-container path; ValueError outside ``workdir``, SandboxError if gone."""
         self._require()
         try:
-            p = self._abs(path)
+            return self._abs(path)
         except ValueError:
             raise
         except Exception as e:
             raise self._container_gone(e) from None
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
+        import docker.errors
+
+        p = self._resolve(path)
         try:
             stream, stat = self.client.api.get_archive(self.container.id, p)
             data = b"".join(stream)
@@ -587,13 +591,7 @@ class DockerSandbox:
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write ``path`` (parents created; an existing file keeps its mode)."""
-        self._require()
-        try:
-            p = self._abs(path)
-        except ValueError:
-            raise
-        except Exception as e:
-            raise self._container_gone(e) from None
+        p = self._resolve(path)
         raw = data.encode() if isinstance(data, str) else bytes(data)
         parent, name = posixpath.split(p)
         try:
