@@ -31,6 +31,7 @@ Learner integration (the hooks a learner calls)::
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import types
@@ -116,8 +117,14 @@ def setup_distributed(cp: int = 1, device: str | None = None, backend: str | Non
 
 
 def teardown_distributed() -> None:
+    """Destroy the process groups. Garbage is collected first: gloo work objects caught in
+    reference cycles (autograd contexts of the ring attention) otherwise die during interpreter
+    shutdown and abort the process ("terminate called without an active exception"), which
+    torchrun reports as a failed run after the work is done."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
+        gc.collect()
 
 
 def _shard_mesh(ctx: DistContext):

@@ -4,7 +4,6 @@ import posixpath
 from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
-import pytest
 
 import swe_gym  # noqa: F401
 from swe_gym.oracle import oracle_actions

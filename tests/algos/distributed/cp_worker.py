@@ -22,6 +22,7 @@ from algos.distributed.context_parallel import (
     shard_packed_batch,
     unshard,
 )
+from algos.distributed.fsdp import teardown_distributed
 
 
 def gather_unshard(x: torch.Tensor, seq_len: int, cp: int, dim: int = 1) -> torch.Tensor:
@@ -129,7 +130,7 @@ def main() -> None:
     if rank == 0:
         with open(sys.argv[1], "w") as f:
             json.dump(res, f)
-    dist.destroy_process_group()
+    teardown_distributed()
 
 
 if __name__ == "__main__":
