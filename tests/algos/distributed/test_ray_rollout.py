@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -24,18 +27,37 @@ def task_ids():
     return [t.instance_id for t in load_tasks("starter")][:3]
 
 
+def _holding(base, task_id, flag):
+    """``base`` whose first episode on ``task_id`` hangs (a flag file marks it held).
+
+    The first job goes to ``pool.workers[0]`` (dispatch fills workers in list order), so the
+    tests kill that worker while its episode is surely in flight, not after it finished; the
+    retried episode finds the flag and runs through.
+    """
+
+    class Holding(base):  # local class: pickled by value into the Ray actors
+        def generate(self, conversation, params):
+            if self._task(conversation).instance_id == task_id and not os.path.exists(flag):
+                open(flag, "w").close()
+                time.sleep(60)  # the kill ends it; a missed kill fails the asserts, no hang
+            return super().generate(conversation, params)
+
+    return Holding
+
+
 def test_config_names_bad_policy():
     with pytest.raises(ValueError, match="unknown on_failure policy 'retyr'.*Did you mean 'retry'"):
         RayRolloutConfig(on_failure="retyr")
 
 
-def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task_ids):
+def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task_ids, tmp_path):
     cfg = RayRolloutConfig(num_workers=2, worker_concurrency=2, worker_num_cpus=1,
                            max_sandbox_starts_per_node=1, on_failure="retry",
                            episode_timeout_s=120)
     from agents.models.scripted import OracleModel
 
-    pool = RayRolloutPool(cfg, model_factory=OracleModel)  # a class: importable in the workers
+    model = _holding(OracleModel, task_ids[0], str(tmp_path / "held"))
+    pool = RayRolloutPool(cfg, model_factory=model)
     pool.wait_ready()
     victim = pool.workers[0]
     killed = []
@@ -61,10 +83,10 @@ def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task
     assert node["peak"] == 1 and node["total"] >= len(task_ids)
 
 
-def test_engine_actor_serves_workers_gets_weights_and_record_policy(local_ray, task_ids):
+def test_engine_actor_serves_workers_gets_weights_and_record_policy(local_ray, task_ids, tmp_path):
     from agents.models.scripted import OracleModel
 
-    class VersionedOracle(OracleModel):  # local class: pickled by value into the engine actor
+    class VersionedOracle(_holding(OracleModel, task_ids[0], str(tmp_path / "held"))):  # local class: pickled by value into the engine actor
         def update_weights(self, source):
             self.loaded = source
 
@@ -77,17 +99,20 @@ def test_engine_actor_serves_workers_gets_weights_and_record_policy(local_ray, t
         assert pool.push_weights("/ckpt/step-1") == 1
         assert pool.push_weights({"w": [1.0, 2.0]}) == 2  # a state dict through the object store
         assert ray.get(pool.engines[0].version.remote()) == 2
-        victim = pool.workers[1]
+        victim = pool.workers[0]
+        killed = []
 
         def kill_once(job, traj):
-            if victim in pool.workers:
+            if not killed:
+                killed.append(job)
                 ray.kill(victim, no_restart=True)
 
         res = pool.run([(t, 0) for t in task_ids], progress=kill_once)
     finally:
         pool.shutdown()
-    assert res.dead_workers == 1 and res.failed >= 1
+    assert res.dead_workers == 1 and res.failed == 1
     failed = [t for t in res.trajectories if t.finish_reason == "error"]
-    assert len(failed) == res.failed and "rollout worker died" in failed[0].error
+    assert [t.task_id for t in failed] == task_ids[:1]  # the held episode, recorded
+    assert "rollout worker died" in failed[0].error
     ok = [t for t in res.trajectories if t.finish_reason != "error"]
     assert ok and all(t.finish_reason == "submitted" and t.model == "oracle" for t in ok)
