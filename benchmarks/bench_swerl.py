@@ -167,7 +167,7 @@ def bench_curation(pr_events: int) -> dict:
 def bench_reward(iters: int) -> dict:
     out = {}
     for name, lines, hunks in (
-        ("small (120 lines, 1 hunk)", 120, 1),
+        ("small (120 lines, 2 hunks)", 120, 2),
         ("medium (600 lines, 4 hunks)", 600, 4),
         ("large (3000 lines, 10 hunks)", 3000, 10),
     ):
@@ -178,7 +178,8 @@ def bench_reward(iters: int) -> dict:
             new[h * step] = new[h * step].replace("return", "return -1 *") + "    # fixed\n"
         oracle = make_patch(files, {"pkg/a.py": "".join(new)})
         perfect = render_response("think", edits_from_patch(files, oracle))
-        partial = render_response("think", edits_from_patch(files, oracle)[: max(1, hunks // 2)])
+        # "partial": the first half of the hunks (every size has at least 2, so it is a strict subset).
+        partial = render_response("think", edits_from_patch(files, oracle)[: hunks // 2])
         bad = "<think>x</think><solution>nothing</solution>"
         res = {}
         for kind, resp in (("perfect", perfect), ("partial", partial), ("format_error", bad)):
