@@ -20,6 +20,7 @@ causal LM; this module never imports agents or envs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from algos import core
+from algos.attention import ATTN_NAME, cu_seq_lens, packed_forward, use_packed_attention
 from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.data import MicroBatch, Sample, pack_samples, pad_samples
 from algos.logprobs import model_token_logprobs
@@ -66,6 +68,9 @@ class LearnerConfig:
     """Token budget of one micro-batch (one forward/backward)."""
     packing: bool = True
     """Pack sequences into rows without padding; False pads one sequence per row (baseline)."""
+    packed_attention: bool = True
+    """With packing, switch an sdpa model to ``packed_sdpa`` (algos.attention): SDPA on each
+    sequence of a packed row (cost sum n_i^2, no [L, L] mask) instead of a 4D block mask."""
     bf16: bool = False
     """Run the transformer under bfloat16 autocast (parameters and optimiser stay as they are)."""
     grad_checkpointing: bool = False
@@ -188,6 +193,10 @@ class Learner:
         if ref_model is not None:
             ref_model.eval()
             ref_model.requires_grad_(False)
+        if config.packing and config.packed_attention:
+            for m in (model, ref_model):
+                if m is not None:
+                    use_packed_attention(m)
         params = [p for p in model.parameters() if p.requires_grad]
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
@@ -220,16 +229,24 @@ class Learner:
         cfg = self.config
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         mask_dtype = torch.bfloat16 if cfg.bf16 else next(model.parameters()).dtype
-        out = model_token_logprobs(
-            model,
-            mb.input_ids,
-            attention_mask=mb.attention_mask(impl, mask_dtype),
-            position_ids=mb.position_ids,
-            temperature=cfg.temperature,
-            chunk_size=cfg.logprob_chunk_size,
-            return_entropy=with_entropy,
-            autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
-        )
+        kwargs, ctx = {}, contextlib.nullcontext()
+        if impl == ATTN_NAME and mb.input_ids.shape[0] == 1:
+            # per-sequence SDPA: the boundaries replace the block-diagonal mask
+            kwargs["cu_seq_lens_q"] = cu_seq_lens(mb.segment_ids)
+            ctx = packed_forward()
+        else:
+            kwargs["attention_mask"] = mb.attention_mask(impl, mask_dtype)
+        with ctx:
+            out = model_token_logprobs(
+                model,
+                mb.input_ids,
+                position_ids=mb.position_ids,
+                temperature=cfg.temperature,
+                chunk_size=cfg.logprob_chunk_size,
+                return_entropy=with_entropy,
+                autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+                **kwargs,
+            )
         lp_rows, ent_rows = out if with_entropy else (out, None)
         # position 0 of a packed sequence holds the previous sequence's prediction: zero it
         first = torch.zeros_like(mb.gather_index, dtype=torch.bool)

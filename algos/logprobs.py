@@ -221,14 +221,17 @@ def hidden_states(
     *,
     attention_mask: Tensor | None = None,
     position_ids: Tensor | None = None,
+    **model_kwargs,
 ) -> Tensor:
     """Final (post-norm) hidden states ``[B, T, H]`` of a HF causal LM, without computing logits.
 
     Uses the base model (``model.base_model``, e.g. ``LlamaForCausalLM.model``); for a model
     without one, falls back to ``output_hidden_states=True`` with ``logits_to_keep=1``.
+    ``model_kwargs`` go to the model's forward (e.g. ``cu_seq_lens_q`` for packed attention).
     """
     base = getattr(model, "base_model", model)
-    kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+    kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False,
+              **model_kwargs}
     if base is not model:
         return base(input_ids=input_ids, **kwargs).last_hidden_state
     out = model(input_ids=input_ids, output_hidden_states=True, logits_to_keep=1, **kwargs)
@@ -245,6 +248,7 @@ def model_token_logprobs(
     chunk_size: int | None = None,
     return_entropy: bool = False,
     autocast_dtype: torch.dtype | None = None,
+    **model_kwargs,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs ``[B, T]`` aligned to ``input_ids``: ``out[:, t] = log p(x_t | x_<t)``.
 
@@ -252,6 +256,7 @@ def model_token_logprobs(
     prediction of the previous sequence's last position: callers must mask it (a sample's
     ``loss_mask[0]`` is 0 by contract). ``autocast_dtype`` runs the transformer under autocast;
     the head and softmax always run outside it, in the head weight's dtype with float32 softmax.
+    ``model_kwargs`` go to the model's forward.
     """
     ctx = (
         torch.autocast(input_ids.device.type, dtype=autocast_dtype)
@@ -260,7 +265,7 @@ def model_token_logprobs(
     )
     with ctx:
         h = hidden_states(model, input_ids, attention_mask=attention_mask,
-                          position_ids=position_ids)
+                          position_ids=position_ids, **model_kwargs)
     weight, bias = lm_head(model)
     out = token_logprobs(h[:, :-1], weight, input_ids[:, 1:], bias=bias, temperature=temperature,
                          chunk_size=chunk_size, return_entropy=return_entropy)

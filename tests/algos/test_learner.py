@@ -99,6 +99,46 @@ def test_packed_logprobs_equal_unpacked(attn):
         torch.testing.assert_close(torch.tensor(got_pad), alone, atol=2e-5, rtol=1e-5)
 
 
+def test_packed_attention_runs_per_sequence_without_a_mask_and_matches_the_mask_path(monkeypatch):
+    """packed_sdpa (the default for sdpa models) gives the 4D-mask path's log-probs and update,
+    also under activation checkpointing (the backward recomputes attention), and never builds
+    the [L, L] mask for a packed row."""
+    import transformers.masking_utils as mu
+
+    samples = make_samples(8, seed=3)
+    base = tiny_llama()
+    built = []
+    real_sdpa_mask = mu.sdpa_mask
+    monkeypatch.setattr(mu, "sdpa_mask", lambda *a, **k: built.append(1) or real_sdpa_mask(*a, **k))
+    runs = {}
+    for name, cfg in {"mask": {"packed_attention": False}, "segments": {},
+                      "segments+ckpt": {"grad_checkpointing": True}}.items():
+        model = copy.deepcopy(base)
+        learner = Learner(model, LearnerConfig(lr=1e-3, micro_batch_tokens=10_000, **cfg))
+        built.clear()
+        lp = learner.compute_logprobs(samples)
+        metrics = learner.train_step(samples)
+        runs[name] = (model, lp, metrics, len(built))
+    assert runs["mask"][0].config._attn_implementation == "sdpa"
+    for name in ("segments", "segments+ckpt"):
+        model, lp, metrics, n_built = runs[name]
+        assert model.config._attn_implementation == "packed_sdpa"
+        assert n_built == 0, f"{name}: a causal mask was built for a packed row"
+        for a, b in zip(runs["mask"][1], lp, strict=True):
+            torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=2e-5, rtol=1e-5)
+        assert math.isclose(metrics["loss"], runs["mask"][2]["loss"], rel_tol=1e-5)
+        params_close(model, runs["mask"][0], atol=1e-6)
+    # outside the learner the switched model is plain sdpa: padded batches keep their mask
+    switched, plain = runs["segments"][0], copy.deepcopy(runs["segments"][0])
+    plain.set_attn_implementation("sdpa")
+    ids = torch.randint(0, 128, (2, 12))
+    pad = torch.ones(2, 12, dtype=torch.long)
+    pad[1, :5] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(switched(ids, attention_mask=pad).logits,
+                                   plain(ids, attention_mask=pad).logits)
+
+
 # ---------------------------------------------------------------- the update
 
 

@@ -32,7 +32,10 @@ def main() -> None:
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
     torch.manual_seed(1)
     model = LlamaForCausalLM(cfg).float()
-    learner = make_learner(model, LearnerConfig(lr=1e-2, micro_batch_tokens=24, loss="dapo"),
+    # lr 1e-3: AdamW turns reduction-order noise on near-zero gradients into updates of order
+    # lr; any exact attention in fp32 sits ~2e-6 from a float64 run after two steps here (at
+    # 1e-2 that floor reaches the test's 1e-5 tolerance).
+    learner = make_learner(model, LearnerConfig(lr=1e-3, micro_batch_tokens=24, loss="dapo"),
                            cp=int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     logs = [learner.train_step(samples(s)) for s in range(2)]
     if len(sys.argv) > 3:  # round trip through the learner's own checkpoint methods
