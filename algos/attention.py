@@ -95,13 +95,18 @@ def use_packed_attention(model: nn.Module) -> bool:
     """Switch a HF model that uses ``sdpa`` to ``packed_sdpa``; True if it now uses it.
 
     Models with another implementation (eager, flash-attention, ring_cp, ...) are left alone:
-    flash-attention already runs varlen from ``position_ids``; eager gets the 4D mask.
+    flash-attention already runs varlen from ``position_ids``; eager gets the 4D mask. So is
+    every model under transformers without ``masking_utils`` (< 4.53).
     """
     config = getattr(model, "config", None)
     impl = getattr(config, "_attn_implementation", None)
     if impl == ATTN_NAME:
         return True
     if impl != "sdpa":
+        return False
+    try:  # the mask registry (transformers >= 4.53); older versions keep sdpa with a 4D mask
+        import transformers.masking_utils  # noqa: F401
+    except ImportError:
         return False
     register_packed_attention()
     if hasattr(model, "set_attn_implementation"):
