@@ -25,6 +25,8 @@ COMMON = [
     "--group-size", "8", "--problems-per-iteration", "4", "--batch-size", "8",
     "--max-steps-per-iteration", "4", "--lr", "3e-3", "--length-penalty", "false",
     "--concurrency", "32", "--checkpoint-every", "0", "--progress", "false",
+    # a policy that has learned leaves no group with mixed rewards: skip, do not stop the run
+    "--on-exhausted", "skip",
 ]
 ALGOS = {"dapo": (dapo.main, []), "grpo": (grpo.main, ["--kl-coef", "0.04"])}
 
