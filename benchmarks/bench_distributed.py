@@ -1,8 +1,9 @@
 """Distributed learner and rollout figures, side by side in one run (CPU by default).
 
-    python benchmarks/bench_distributed.py [--seq-lens 1024 2048] [--skip-ray] [--device cuda]
+    python benchmarks/bench_distributed.py [--seq-lens 2048 4096 8192] [--skip-ray] [--device cuda]
 
-1. Learner peak memory per rank (RSS growth over the step, CPU; max_memory_allocated on CUDA)
+1. Learner peak memory per rank (RSS high-water growth from before the first step, CPU;
+   max_memory_allocated on CUDA)
    vs sequence length, without CP (1 process) and with CP=2 (torchrun, 2 processes); the
    activation part should fall ~1/CP.
 2. Learner tokens/s with 1 and 2 data-parallel processes (same global batch).
@@ -87,13 +88,16 @@ def worker(args) -> None:
         optim.step()
         optim.zero_grad()
 
-    step()  # warm-up (allocations of the optimizer state too)
     cuda = ctx.device.type == "cuda"
+    # CPU: the RSS high-water mark cannot be reset, so the baseline is taken before the first
+    # step (model, inputs, libraries); the peak over the steps then holds the activations, the
+    # gradients and the (small) optimizer state of this rank.
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    step()  # warm-up (allocations of the optimizer state too)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
@@ -102,8 +106,6 @@ def worker(args) -> None:
     wall = time.perf_counter() - t0
     peak = (torch.cuda.max_memory_allocated() - base) if cuda else (
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0)
-    # RSS high-water mark after the warm-up step: only growth beyond it shows, so also report
-    # the absolute high-water mark
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     tokens = t * ctx.dp * args.steps  # global tokens processed
     row = {"rank": ctx.rank, "peak_step_bytes": peak, "max_rss_bytes": rss, "wall_s": wall,
@@ -162,7 +164,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cp", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seq-len", type=int, default=1024, help=argparse.SUPPRESS)
-    ap.add_argument("--seq-lens", type=int, nargs="+", default=[1024, 2048])
+    ap.add_argument("--seq-lens", type=int, nargs="+", default=[2048, 4096, 8192])
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--steps", type=int, default=2)
