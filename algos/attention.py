@@ -109,11 +109,17 @@ def use_packed_attention(model: nn.Module) -> bool:
     except ImportError:
         return False
     register_packed_attention()
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(ATTN_NAME)
-    else:  # older transformers
-        config._attn_implementation = ATTN_NAME
+    set_attention(model, ATTN_NAME)
     return getattr(config, "_attn_implementation", None) == ATTN_NAME
+
+
+def set_attention(model: nn.Module, name: str) -> nn.Module:
+    """Switch an already-built HF model to the registered attention implementation ``name``."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # older transformers
+        model.config._attn_implementation = name
+    return model
 
 
 @contextlib.contextmanager

@@ -104,8 +104,9 @@ class MicroBatch:
         additive float mask; any other implementation (flash-attention, flex): None for packed
         rows, so the model derives varlen boundaries from ``position_ids``, or a 2D padding mask.
         None also whenever each row is one unpadded sequence (plain causal attention). The 4D
-        mask is ``[R, 1, L, L]``: fine on CPU and for moderate L; use flash-attention for long
-        packed rows.
+        mask is ``[R, 1, L, L]``: fine for moderate L. The learner avoids it for packed rows by
+        switching sdpa models to ``packed_sdpa`` (algos.attention), which takes the sequence
+        boundaries instead; flash-attention needs neither.
         """
         seg = self.segment_ids
         single = bool((seg == 0).all())

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from algos.attention import set_attention
+
 ATTN_NAME = "ring_cp"
 PAD_SEQ_ID = -1  # sequence id of padding added to make the length divisible by 2*CP
 
@@ -357,8 +359,4 @@ def register_cp_attention(name: str = ATTN_NAME) -> str:
 def use_cp_attention(model: torch.nn.Module, name: str = ATTN_NAME) -> torch.nn.Module:
     """Switch an already-built HF model to ring attention."""
     register_cp_attention(name)
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:  # older transformers
-        model.config._attn_implementation = name
-    return model
+    return set_attention(model, name)
