@@ -177,9 +177,10 @@ def bench_reward(iters: int) -> dict:
         for h in range(1, hunks + 1):
             new[h * step] = new[h * step].replace("return", "return -1 *") + "    # fixed\n"
         oracle = make_patch(files, {"pkg/a.py": "".join(new)})
-        perfect = render_response("think", edits_from_patch(files, oracle))
+        edits = edits_from_patch(files, oracle)
+        perfect = render_response("think", edits)
         # "partial": the first half of the hunks (every size has at least 2, so it is a strict subset).
-        partial = render_response("think", edits_from_patch(files, oracle)[: hunks // 2])
+        partial = render_response("think", edits[: hunks // 2])
         bad = "<think>x</think><solution>nothing</solution>"
         res = {}
         for kind, resp in (("perfect", perfect), ("partial", partial), ("format_error", bad)):
