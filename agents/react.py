@@ -7,6 +7,7 @@ one, ``run_episode`` records its ``finish_reason`` and closes the env whatever h
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import traceback
@@ -50,6 +51,13 @@ class EpisodeAborted(AgentStop):
     finish_reason = "timeout"
 
 
+def turn_seed(episode_key: str, turn: int) -> int:
+    """A 63-bit sampling seed for one turn of one episode (stable across processes, unlike
+    ``hash``)."""
+    digest = hashlib.blake2b(f"{episode_key}\0{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 def _clean_text(text: str) -> str:
     """Valid UTF-8 text: lone surrogates (a bad decode) become '?' instead of failing later."""
     return text.encode("utf-8", "replace").decode("utf-8")
@@ -76,6 +84,10 @@ class ReActAgent:
         model: a ``Model``. With a ``tokenizer`` attribute the conversation is kept as exact
             token ids (``ChatTemplate``); without, as messages only (``token_exact=False``).
         params: sampling settings (``max_new_tokens`` is lowered when the context is nearly full).
+            Without ``params.seed``, an episode started with a seed (``info["seed"]``, which
+            ``run_episode`` sets) samples each turn with a seed derived from (task id, episode
+            seed, turn): the run is reproducible whatever the batching and thread order, and
+            episodes with different seeds or tasks sample independently.
         max_turns: model calls before the agent stops (``None``: leave it to the env).
         max_context_tokens: prompt + completion budget; a prompt that does not fit ends the
             episode with ``finish_reason="context_overflow"``.
@@ -145,6 +157,9 @@ class ReActAgent:
         self._consecutive_invalid = 0
         self._started = time.monotonic()
         self._awaiting_observation = False
+        self._episode_key = None
+        if info.get("seed") is not None:
+            self._episode_key = f"{info.get('task_id')}\0{info['seed']}"
         self.token_exact = self.template is not None
         self.last_turn = None
 
@@ -192,6 +207,9 @@ class ReActAgent:
                 )
             if room < params.max_new_tokens:
                 params = SamplingParams(**{**asdict(params), "max_new_tokens": room})
+        if params.seed is None and self._episode_key is not None:
+            seed = turn_seed(self._episode_key, self._turns)
+            params = SamplingParams(**{**asdict(params), "seed": seed})
 
         conv = self.conversation
         conv.token_ids.extend(self._pending)
@@ -276,6 +294,7 @@ def run_episode(
         traj.system_prompt = info.get("system_prompt", "")
         traj.prompt = obs
         agent_info = dict(info)
+        agent_info.setdefault("seed", seed)
         task = getattr(getattr(env, "unwrapped", env), "task", None)
         if task is not None:
             agent_info.setdefault("task", task)

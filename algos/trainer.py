@@ -418,7 +418,8 @@ class TaskSampler:
 def agent_kwargs(cfg: Any) -> dict[str, Any]:
     from agents.protocols import SamplingParams
 
-    # No fixed seed: every episode of a group must sample independently.
+    # No fixed seed: the agent derives one per turn from the episode's seed (each episode of a
+    # group has its own), so groups sample independently and a run is reproducible.
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     return {
         "params": params,

@@ -24,10 +24,12 @@ LEARNING_ARGS = [
 
 def test_dapo_raises_reward_on_toy_env(tmp_path: Path):
     run = tmp_path / "run"
-    assert dapo.main([*LEARNING_ARGS, "--iterations", "12", "--run-dir", str(run)]) == 0
+    # 16 iterations: over seeds 1-6 the last three average 0.79-1.00 here; at 12 some curves
+    # are still rising (0.57 on one CI machine), and a test of learning must not hang on luck
+    assert dapo.main([*LEARNING_ARGS, "--iterations", "16", "--run-dir", str(run)]) == 0
     rewards = [r["reward_mean"] for r in read_metrics(run)]
-    start = statistics.fmean(rewards[:2])
+    start = rewards[0]  # the first iteration's rollouts come from the untrained policy
     end = statistics.fmean(rewards[-3:])
     print("reward curve:", " ".join(f"{r:.2f}" for r in rewards))
     assert start < 0.35, rewards  # the behaviour is rare at first ...
-    assert end > start + 0.3 and end > 0.6, rewards  # ... and learned
+    assert end > start + 0.4 and end > 0.65, rewards  # ... and learned
