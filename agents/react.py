@@ -11,7 +11,7 @@ import hashlib
 import threading
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from agents.chat import ChatTemplate
@@ -206,10 +206,9 @@ class ReActAgent:
                     f"{self.max_context_tokens} leaves no room to generate"
                 )
             if room < params.max_new_tokens:
-                params = SamplingParams(**{**asdict(params), "max_new_tokens": room})
+                params = replace(params, max_new_tokens=room)
         if params.seed is None and self._episode_key is not None:
-            seed = turn_seed(self._episode_key, self._turns)
-            params = SamplingParams(**{**asdict(params), "seed": seed})
+            params = replace(params, seed=turn_seed(self._episode_key, self._turns))
 
         conv = self.conversation
         conv.token_ids.extend(self._pending)
