@@ -86,8 +86,8 @@ class ReActAgent:
         params: sampling settings (``max_new_tokens`` is lowered when the context is nearly full).
             Without ``params.seed``, an episode started with a seed (``info["seed"]``, which
             ``run_episode`` sets) samples each turn with a seed derived from (task id, episode
-            seed, turn): the run is reproducible whatever the batching and thread order, and
-            episodes with different seeds or tasks sample independently.
+            seed, turn): the seed no longer depends on the order in which concurrent episodes
+            reach the model, and episodes with different seeds or tasks sample independently.
         max_turns: model calls before the agent stops (``None``: leave it to the env).
         max_context_tokens: prompt + completion budget; a prompt that does not fit ends the
             episode with ``finish_reason="context_overflow"``.

@@ -419,7 +419,7 @@ def agent_kwargs(cfg: Any) -> dict[str, Any]:
     from agents.protocols import SamplingParams
 
     # No fixed seed: the agent derives one per turn from the episode's seed (each episode of a
-    # group has its own), so groups sample independently and a run is reproducible.
+    # group has its own), so groups sample independently of the rollout's thread order.
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     return {
         "params": params,
