@@ -9,7 +9,7 @@ Resolution order for a task (``ensure_image``):
 
    - **base** ``swe-gym/base:<suite>``: a Debian ``debootstrap --variant=minbase`` root with
      python3, pytest, pip, git and patch, imported with ``docker import``. The root tarball is
-     cached (``$SWE_GYM_CACHE`` or ``.cache/swe-gym`` in the checkout) so a re-import takes
+     cached (``$SWE_GYM_CACHE`` or ``~/.cache/swe_gym``) so a re-import takes
      seconds. The Debian mirror is read from this machine's apt sources, never hardcoded.
    - **environment** ``swe-gym/env:<hash>``: the base plus the environment part of the task's
      ``install_config`` (``python``, ``packages``, ``pip_packages``, ``env_vars``), keyed by a hash
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from swe_gym.errors import SandboxUnavailable, SWEGymError, unknown_choice
+from swe_gym.paths import cache_root
 from swe_gym.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -126,14 +127,8 @@ def _hash(obj: Any, n: int = 12) -> str:
 
 
 def cache_dir() -> Path:
-    """``$SWE_GYM_CACHE``, else ``.cache/swe-gym`` in a source checkout, else ``~/.cache/swe-gym``."""
-    env = os.environ.get("SWE_GYM_CACHE")
-    if env:
-        return Path(env)
-    root = Path(__file__).resolve().parent.parent
-    if (root / "pyproject.toml").exists():
-        return root / ".cache" / "swe-gym"
-    return Path.home() / ".cache" / "swe-gym"
+    """The toolkit cache (``swe_gym.paths.cache_root``): ``$SWE_GYM_CACHE`` or ``~/.cache/swe_gym``."""
+    return cache_root()
 
 
 def base_tag(suite: str = DEFAULT_SUITE) -> str:

