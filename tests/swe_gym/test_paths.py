@@ -18,7 +18,8 @@ def test_default_cache_is_under_home_not_the_working_directory(tmp_path, monkeyp
     # A 291 MB base-image tarball once landed in the current directory's .cache.
     monkeypatch.delenv(paths.CACHE_ENV, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
     root = images.cache_dir()
     assert root == tmp_path / "home" / ".cache" / "swe_gym"
     assert Path.cwd() not in root.parents and Path(__file__).resolve().parents[2] not in root.parents
