@@ -269,7 +269,8 @@ class Learner:
         out: list[list[float] | None] = [None] * len(samples)
         try:
             for mb in self._micro_batches(samples):
-                lp, _ = self._batch_logprobs(model, mb.to(self.device), with_entropy=False)
+                device = next(model.parameters()).device  # the reference model's may differ
+                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False)
                 for row, i in enumerate(mb.sample_indices):
                     out[i] = lp[row, : len(samples[i])].tolist()
         finally:

@@ -62,7 +62,12 @@ import torch
 from algos import core
 from algos.config import ConfigError, save_config, to_dict
 from algos.data import Sample
-from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
+from algos.distributed.fsdp import (
+    DistContext,
+    full_state_dict,
+    setup_distributed,
+    training_device,
+)
 from algos.learner import Learner, LearnerConfig
 from swe_gym.errors import unknown_choice
 
@@ -188,13 +193,16 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
     elif cfg.engine_dtype == "float32" and share_module:
         from agents.models.transformers import TransformersModel
 
+        # On the training device from the start (RFT rolls out before its learner exists); the
+        # sampler reads the module's device at every call, so a later move is followed too.
+        model.to(training_device())
         policy.sampler = TransformersModel(model, tokenizer=tokenizer, seed=cfg.seed,
                                            name=cfg.policy)
         policy.shares_weights = True
     else:
         from agents.models.transformers import TransformersModel
 
-        engine_model = copy.deepcopy(model).to(getattr(torch, cfg.engine_dtype))
+        engine_model = copy.deepcopy(model).to(training_device(), getattr(torch, cfg.engine_dtype))
         policy.sampler = TransformersModel(engine_model, tokenizer=tokenizer, seed=cfg.seed,
                                            name=cfg.policy)
     return policy

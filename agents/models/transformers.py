@@ -162,7 +162,10 @@ class TransformersModel:
         tokenizer: a tokenizer or a folder; default: loaded from ``path_or_model``.
         gguf_file: file name of a GGUF checkpoint inside the folder (dequantized on load).
         dtype: ``float32`` (default), ``bfloat16`` or ``float16``; ignored for a loaded model.
-        device: torch device, e.g. ``cpu`` or ``cuda``.
+        device: where a model loaded from a path is put (``cpu``, ``cuda``, ...); default
+            ``cuda`` when available, else ``cpu``. Ignored for a loaded model. Either way
+            generation runs wherever the module's parameters are when it is called (a learner
+            may move a shared module after this sampler was built).
         seed: seeds the generator that gives each request without ``SamplingParams.seed`` its
             own seed, so a single-threaded run is reproducible.
         name: the model's name in trajectories; default: the folder name.
@@ -175,7 +178,7 @@ class TransformersModel:
         tokenizer: Any = None,
         gguf_file: str | None = None,
         dtype: str = "float32",
-        device: str = "cpu",
+        device: str | None = None,
         seed: int | None = None,
         name: str | None = None,
         batch_window_s: float = 0.01,
@@ -194,6 +197,8 @@ class TransformersModel:
                 from transformers import GgufConfig
 
                 kwargs.update(gguf_file=gguf_file, quantization_config=GgufConfig(dequantize=True))
+            if device is None:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device)
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
@@ -209,11 +214,6 @@ class TransformersModel:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name or default_name
-        self.device = (
-            torch.device(device)
-            if isinstance(path_or_model, (str, Path))
-            else (next(model.parameters()).device)
-        )
         self.eos_token_ids = eos_ids(tokenizer, getattr(model, "generation_config", None))
         if not self.eos_token_ids:
             raise ValueError(f"model {self.name!r}: no eos_token_id in tokenizer or config")
@@ -225,6 +225,11 @@ class TransformersModel:
         self._seeds = random.Random(seed)
         self._seed_lock = threading.Lock()
         self._batcher = RequestBatcher(self._run_requests, batch_window_s, name=f"{self.name}-gen")
+
+    @property
+    def device(self) -> torch.device:
+        """Where the module's parameters are now (read at every use, never cached)."""
+        return next(self.model.parameters()).device
 
     def __repr__(self) -> str:
         return f"TransformersModel(name={self.name!r}, device={str(self.device)!r})"
@@ -265,19 +270,21 @@ class TransformersModel:
         self._batcher.close()
 
     # -- sampling -----------------------------------------------------------------------------
-    def _generator(self, params: SamplingParams) -> torch.Generator:
+    def _generator(self, params: SamplingParams, device: torch.device) -> torch.Generator:
         if params.seed is not None:
             seed = params.seed
         else:
             with self._seed_lock:
                 seed = self._seeds.randrange(2**63)
-        return torch.Generator(device=self.device).manual_seed(seed)
+        return make_generator(device, seed)
 
     @torch.inference_mode()
     def _run_requests(self, requests: list[Request]) -> list[Generation]:
+        # Decided per call: a learner may have moved the shared module since the last one.
+        device = self.device
         prompts = [check_prompt(conversation) for conversation, _ in requests]
         params = [p for _, p in requests]
-        generators = [self._generator(p) for p in params]
+        generators = [self._generator(p, device) for p in params]
         batch = len(prompts)
         width = max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
@@ -285,7 +292,7 @@ class TransformersModel:
         for row, prompt in enumerate(prompts):  # left padding: every row ends at the same column
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
             attention[row, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
 
         sampled: list[list[int]] = [[] for _ in range(batch)]
@@ -316,7 +323,7 @@ class TransformersModel:
                 finish[row] = self._finished(sampled[row], params[row], max_stop[row])
             if all(f is not None for f in finish):
                 break
-            step_ids = next_ids.to(self.device)[:, None]
+            step_ids = next_ids.to(device)[:, None]
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             step_positions = step_positions[:, -1:] + 1
         return [
@@ -355,6 +362,11 @@ class TransformersModel:
         if len(ids) >= params.max_new_tokens:
             return "length"
         return None
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded random generator on ``device`` (sampling on CUDA needs a CUDA generator)."""
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:

@@ -82,6 +82,14 @@ class DistContext:
             dist.barrier()
 
 
+def training_device() -> torch.device:
+    """Where this process trains: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU.
+    The one place this is decided (the learner, the rollout engine's copy, the smoke script)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
 def setup_distributed(cp: int = 1, device: str | None = None, backend: str | None = None):
     """Initialise the process group from torchrun's env vars (or none for a single process).
 
@@ -92,7 +100,7 @@ def setup_distributed(cp: int = 1, device: str | None = None, backend: str | Non
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = training_device().type
     if device not in ("cpu", "cuda"):
         raise ValueError(f"unknown device {device!r}; choose one of: cpu, cuda")
     if cp < 1 or world % cp:

@@ -173,5 +173,8 @@ def make_learner(model: nn.Module, config: LearnerConfig, *, cp: int = 1,
     """A plain :class:`Learner` for one process; a :class:`DistributedLearner` under torchrun."""
     ctx = setup_distributed(cp=cp)
     if not ctx.distributed:
+        # the reference model goes with the policy: its log-probs are taken on the same batches
+        if ref_model is not None:
+            ref_model.to(ctx.device)
         return Learner(model.to(ctx.device), config, ref_model=ref_model, tokenizer=tokenizer)
     return DistributedLearner(model, config, ctx, ref_model=ref_model, tokenizer=tokenizer)
