@@ -1,0 +1,175 @@
+"""What a local (bubblewrap) sandbox sees: an allow list, never the host's tree.
+
+Read-only: ``/usr`` and the ``/bin``, ``/sbin``, ``/lib*`` links (or directories), a minimal
+``/etc`` (``ETC_ALLOW``: users and groups, the loader's cache, certificates, alternatives, time
+zone, name-service and locale files; no secrets, no host tool configuration), the Python
+interpreter's prefixes (``sys.prefix``, ``sys.base_prefix``), ``$PYENV_ROOT`` and the other
+directories on ``PATH``, and the objects of the task's base commit. Writable: ``/testbed`` (the
+working copy) and size-capped tmpfs at ``/tmp`` and ``/dev/shm``. Everything else, the root
+included, is a read-only tmpfs.
+
+Nothing of the project may show through a bound prefix: the checkout of this toolkit, its
+installed packages (a non-editable install in site-packages holds the starter tasks and their
+fixes), the toolkit cache and the repositories directory are masked with an empty read-only
+tmpfs wherever they fall inside something bound.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from swe_gym.paths import cache_root
+from swe_gym.repos import REPOS_ENV
+
+SANDBOX_WORKDIR = "/testbed"
+ETC_ALLOW = (
+    "passwd", "group", "nsswitch.conf", "host.conf", "hosts", "gai.conf", "networks",
+    "protocols", "services", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl",
+    "ca-certificates", "ca-certificates.conf", "pki", "alternatives", "localtime", "timezone",
+    "locale.alias", "locale.conf", "mime.types", "magic", "magic.mime", "terminfo", "inputrc",
+    "os-release", "lsb-release", "debian_version", "redhat-release", "alpine-release", "shells",
+    "fonts", "perl", "xml", "python3", "python3.*",
+)  # fmt: skip
+ETC_MASK = ("ssl/private",)  # private keys (root-only on the host, but never needed)
+_TOP_RUNTIME = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_PROJECT_PACKAGES = ("swe_gym", "envs", "agents", "algos")
+
+
+def project_paths(repos_dir: str | os.PathLike | None = None) -> list[str]:
+    """Host paths that must never show inside a sandbox: the toolkit's source checkout (or its
+    installed packages), the toolkit cache and the repositories directories."""
+    out = {str(cache_root())}
+    here = Path(__file__).resolve().parents[2]  # the directory holding the swe_gym package
+    if (here / "pyproject.toml").is_file() or (here / ".git").exists():
+        out.add(str(here))  # a source checkout (editable install or run from it)
+    for name in _PROJECT_PACKAGES:
+        spec = importlib.util.find_spec(name) if name == "swe_gym" else _sibling_spec(name, here)
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            out.add(os.path.realpath(loc))
+    for d in (repos_dir, os.environ.get(REPOS_ENV)):
+        if d:
+            out.add(os.path.realpath(os.path.expanduser(str(d))))
+    return sorted(out)
+
+
+def _sibling_spec(name: str, here: Path):  # noqa: ANN202 - a ModuleSpec or None
+    """The spec of a top-level package of this project installed next to swe_gym (never a
+    same-named package from elsewhere)."""
+    if not (here / name / "__init__.py").is_file():
+        return None
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def toolchain_dirs() -> list[str]:
+    """Directories to bind read-only besides the runtime: Python's prefixes, ``$PYENV_ROOT``
+    (its shims need the versions) and each other ``PATH`` directory by itself (never its
+    parent: ``~/.cargo/bin`` is bound, ``~/.cargo`` with its credentials is not)."""
+    found: set[str] = set()
+    prefixes = {sys.prefix, sys.base_prefix, os.environ.get("PYENV_ROOT", "")}
+    pyenv = os.environ.get("PYENV_ROOT") or ""
+    for p in os.environ.get("PATH", "").split(os.pathsep):
+        if p.endswith("/.pyenv/shims") or p.endswith("/.pyenv/bin"):
+            pyenv = pyenv or os.path.dirname(p)
+        found.add(p)
+    prefixes.add(pyenv)
+    found |= prefixes
+    out = set()
+    for p in found:
+        if not p or not os.path.isabs(p) or not os.path.isdir(p):
+            continue
+        for cand in {os.path.normpath(p), os.path.realpath(p)}:
+            top = cand.split("/")[1] if cand != "/" else ""
+            if cand == "/" or top in _TOP_RUNTIME or top == "etc":
+                continue  # bound anyway, or never (/etc is an allow list)
+            out.add(cand)
+    # Drop directories inside another bound one.
+    return sorted(d for d in out if not any(o != d and _inside(d, o) for o in out))
+
+
+def _parent_dirs(path: str, made: set[str]) -> list[str]:
+    """``--dir`` options (mode 0755) for ancestors bwrap would otherwise make 0700 on the
+    sandbox's tmpfs root, so that the unprivileged sandbox user can traverse them."""
+    parts = Path(path).parts[1:-1]
+    out: list[str] = []
+    for i in range(1, len(parts) + 1):
+        sub = "/" + "/".join(parts[:i])
+        if sub not in made:
+            made.add(sub)
+            out += ["--perms", "0755", "--dir", sub]
+    return out
+
+
+def bwrap_mounts(
+    *,
+    workdir_host: str,
+    readonly_worktree: bool = False,
+    objects: list[str],
+    extra_binds: list[tuple[str, str, bool]] = (),  # type: ignore[assignment]
+    identity: tuple[str, str] | None = None,
+    tmp_size_mb: int = 512,
+    shm_size_mb: int = 64,
+    repos_dir: str | os.PathLike | None = None,
+) -> list[str]:
+    """bwrap options building the sandbox's file system (see the module docstring).
+
+    ``objects``: git objects directories bound read-only at their host paths (the alternates
+    of the working copy). ``extra_binds``: (host, sandbox, writable) for private paths such as
+    the diff's git dir. ``identity``: (passwd, group) files replacing ``/etc``'s."""
+    args: list[str] = []
+    made: set[str] = set()
+    for top in _TOP_RUNTIME:
+        path = "/" + top
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for pattern in ETC_ALLOW:
+        for path in sorted(glob.glob(os.path.join("/etc", pattern))):
+            args += ["--ro-bind-try", path, path]
+    if identity is not None:
+        args += ["--ro-bind", identity[0], "/etc/passwd", "--ro-bind", identity[1], "/etc/group"]
+    masks = [p for p in (os.path.join("/etc", m) for m in ETC_MASK) if os.path.isdir(p)]
+    bound = ["/usr", "/etc"]
+    for d in toolchain_dirs():
+        args += [*_parent_dirs(d, made), "--ro-bind", d, d]
+        bound.append(d)
+    bound += [os.path.realpath(p) for p in ("/bin", "/sbin", "/lib", "/lib64") if os.path.isdir(p)]
+    for proj in project_paths(repos_dir):
+        if any(_inside(proj, b) for b in bound) and os.path.isdir(proj):
+            masks.append(proj)
+    for m in masks:
+        args += ["--tmpfs", m]
+    for obj in objects:
+        args += [*_parent_dirs(obj, made), "--ro-bind", obj, obj]
+    for m in masks:
+        args += ["--remount-ro", m]
+    args += [
+        "--dev", "/dev",
+        "--perms", "01777", "--size", str(shm_size_mb << 20), "--tmpfs", "/dev/shm",
+        "--proc", "/proc",
+        "--perms", "0755", "--dir", "/sys",
+        "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",
+        "--perms", "01777", "--size", str(tmp_size_mb << 20), "--tmpfs", "/tmp",
+        "--perms", "0777", "--dir", "/tmp/home",
+        "--perms", "0755", "--dir", "/var",
+        "--symlink", "../tmp", "/var/tmp",
+        "--ro-bind" if readonly_worktree else "--bind", workdir_host, SANDBOX_WORKDIR,
+    ]  # fmt: skip
+    for host, inside, writable in extra_binds:
+        args += [*_parent_dirs(inside, made), "--bind" if writable else "--ro-bind", host, inside]
+    return [*args, "--remount-ro", "/"]
+
+
+__all__ = ["ETC_ALLOW", "SANDBOX_WORKDIR", "bwrap_mounts", "project_paths", "toolchain_dirs"]

@@ -1,0 +1,169 @@
+"""Git objects a sandbox may see: only those reachable from ``base_commit``.
+
+A task's cached repository holds the commits *after* ``base_commit`` too (the fix among them).
+An ``alternates`` file pointing at its objects directory would let the agent read them with
+``git cat-file --batch-all-objects`` or ``git fsck --lost-found``. So each (repository,
+``base_commit``) gets its own pack, built once with ``git pack-objects --revs`` from the base
+commit and the annotated tags reachable from it, kept in the toolkit cache
+(``$SWE_GYM_CACHE/packs/<owner>__<name>/<sha>/``) and shared read-only by every sandbox of
+that base. Concurrent builders take a file lock; the pack is built in a temp dir and renamed
+into place, so a reader never sees half a pack.
+
+Host git only ever runs here over the cached repository (never over a directory the agent
+can write), with system and global config ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from swe_gym.errors import SandboxError
+from swe_gym.paths import cache_root
+from swe_gym.repos import repo_dir_name
+
+GIT_TIMEOUT = 600.0  # a first pack of a large history takes a while
+_SHA = re.compile(r"[0-9a-f]{40}")
+# git as run by the host: no system/global config, hooks or fsmonitor of anyone.
+CLEAN_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "HOME": "/nonexistent",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def git_env(**extra: str) -> dict[str, str]:
+    """A clean environment for host git (PATH kept so git is found)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", **CLEAN_GIT_ENV, **extra}
+
+
+def host_git(
+    *args: str, cwd: Path | str, env: dict[str, str] | None = None, input: bytes | None = None
+) -> bytes:
+    """Run git on the host over a directory the agent cannot write; SandboxError on failure."""
+    cmd = ["git", "-c", "safe.directory=*", "-c", "core.fsmonitor=false", *args]
+    try:
+        p = subprocess.run(
+            cmd,
+            cwd=cwd,
+            env=env or git_env(),
+            input=input,
+            capture_output=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise SandboxError(f"`git {' '.join(args)}` timed out after {GIT_TIMEOUT:g} s") from e
+    if p.returncode != 0:
+        msg = p.stderr.decode("utf-8", "replace").strip()
+        raise SandboxError(f"`git {' '.join(args)}` failed in {cwd}: {msg}")
+    return p.stdout
+
+
+@dataclass(frozen=True)
+class BasePack:
+    """The objects of one base commit: ``objects`` is a git objects directory (``pack/``)."""
+
+    sha: str
+    objects: Path
+    packed_refs: bytes  # the tags reachable from the base, in packed-refs format (may be empty)
+
+
+def packs_root() -> Path:
+    return cache_root() / "packs"
+
+
+def _ready(d: Path) -> BasePack | None:
+    objects = d / "objects"
+    if (d / "done").is_file() and any((objects / "pack").glob("pack-*.pack")):
+        return BasePack(d.name, objects, (d / "packed-refs").read_bytes())
+    return None
+
+
+def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
+    """The pack of the objects reachable from ``base_commit`` (built on first use).
+
+    ``repo`` may be None when ``base_commit`` is a full sha whose pack is already cached."""
+    root = packs_root() / repo_dir_name(repo_name)
+    if _SHA.fullmatch(base_commit) and (hit := _ready(root / base_commit)):
+        return hit
+    if repo is None:
+        raise SandboxError(f"no repository to build the objects of {base_commit!r} from")
+    try:
+        sha = host_git("rev-parse", "--verify", "-q", f"{base_commit}^{{commit}}", cwd=repo)
+    except SandboxError:
+        raise SandboxError(
+            f"base_commit {base_commit!r} is not in the repository {repo} (for {repo_name!r}); "
+            "fetch it there first"
+        ) from None
+    sha_s = sha.decode().strip()
+    dest = root / sha_s
+    if hit := _ready(dest):
+        return hit
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{sha_s}.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per base; the others wait, then reuse
+        if hit := _ready(dest):
+            return hit
+        tmp = Path(tempfile.mkdtemp(prefix=f".{sha_s}.", dir=root))
+        try:
+            _build(repo, sha_s, tmp)
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(dest)  # a half-built leftover of a killed builder
+            os.rename(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    hit = _ready(dest)
+    assert hit is not None
+    return hit
+
+
+def _build(repo: Path, sha: str, out: Path) -> None:
+    tags = host_git(
+        "for-each-ref", f"--merged={sha}", "--format=%(objectname) %(refname)", "refs/tags", cwd=repo
+    )
+    tag_objects = [line.split()[0] for line in tags.decode().splitlines() if line.strip()]
+    (out / "objects" / "pack").mkdir(parents=True)
+    (out / "objects" / "info").mkdir()
+    revs = "\n".join([sha, *tag_objects]) + "\n"
+    host_git(
+        "pack-objects", "--revs", "-q", str(out / "objects" / "pack" / "pack"),
+        cwd=repo, input=revs.encode(),
+    )  # fmt: skip
+    header = b"# pack-refs with: peeled\n" if tags.strip() else b""
+    (out / "packed-refs").write_bytes(header + tags)
+    for p in out.rglob("*"):  # readable by every sandbox uid, writable by none
+        p.chmod(0o755 if p.is_dir() else 0o444)
+    out.chmod(0o755)
+    (out / "done").write_text(sha + "\n")
+
+
+def init_repo(git_dir: Path, pack: BasePack, *, index: bool = False, work_tree: Path | None = None) -> None:
+    """A git dir whose objects come from ``pack`` (alternates), ``HEAD`` detached at the base
+    and the reachable tags; with ``work_tree``, check the base out there (``read-tree -u``)."""
+    (git_dir / "objects" / "info").mkdir(parents=True)
+    (git_dir / "objects" / "pack").mkdir()
+    (git_dir / "refs" / "heads").mkdir(parents=True)
+    (git_dir / "refs" / "tags").mkdir()
+    (git_dir / "objects" / "info" / "alternates").write_text(f"{pack.objects}\n")
+    (git_dir / "HEAD").write_text(pack.sha + "\n")
+    if pack.packed_refs:
+        (git_dir / "packed-refs").write_bytes(pack.packed_refs)
+    if work_tree is not None or index:
+        env = git_env(GIT_DIR=str(git_dir))
+        args = ["read-tree", "--reset", pack.sha]
+        if work_tree is not None:
+            env["GIT_WORK_TREE"] = str(work_tree)
+            args.insert(1, "-u")
+        host_git(*args, cwd=work_tree or git_dir, env=env)
+
+
+__all__ = ["BasePack", "base_pack", "git_env", "host_git", "init_repo", "packs_root"]

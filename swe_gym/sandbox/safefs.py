@@ -1,0 +1,173 @@
+"""Read and write files of a working copy from the host without leaving it.
+
+The agent controls every name under the working copy and may swap a directory for a symlink
+at any moment (``renameat2(RENAME_EXCHANGE)`` in a loop), so "resolve the path, then open it"
+is a race the agent wins. Here each component is opened relative to the directory opened
+before it with ``O_NOFOLLOW``: the kernel never follows a link. A symlink met on the way is
+read and resolved by this code against the working copy's root (an absolute target must lie
+under the sandbox's workdir, ``..`` never climbs above the root), like ``openat2`` with
+``RESOLVE_IN_ROOT``. Files are opened non-blocking and must be regular (a FIFO cannot hang
+the host). Created files and directories are handed to the sandbox's uid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import stat
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40  # as the kernel's limit on symlinks in one lookup
+
+
+class _Walk:
+    """An open chain of directory fds from the root to the current directory."""
+
+    def __init__(self, root: str, workdir: str, shown: str, uid: int | None):
+        self.workdir, self.shown, self.uid = workdir, shown, uid
+        self.stack = [os.open(root, _DIR_FLAGS)]
+        self.links = 0
+
+    def close(self) -> None:
+        for fd in self.stack:
+            os.close(fd)
+        self.stack = []
+
+    def outside(self) -> ValueError:
+        return ValueError(
+            f"path {self.shown!r} resolves outside the workspace {self.workdir} (through '..' "
+            "or a symlink); only files inside it can be read or written"
+        )
+
+    def follow(self, name: str, todo: list[str]) -> None:
+        """Replace symlink ``name`` (in the current directory) by its target's components."""
+        self.links += 1
+        if self.links > MAX_LINKS:
+            raise OSError(errno.ELOOP, f"too many levels of symbolic links in {self.shown!r}")
+        target = os.readlink(name, dir_fd=self.stack[-1])
+        if target.startswith("/"):
+            rel = posixpath.relpath(posixpath.normpath(target), self.workdir)
+            if rel == ".." or rel.startswith("../"):
+                raise self.outside()
+            while len(self.stack) > 1:
+                os.close(self.stack.pop())
+            target = rel
+        todo[:0] = [p for p in target.split("/") if p not in ("", ".")]
+
+    def descend(self, todo: list[str], create: bool) -> str:
+        """Walk all components but the last; return the last (a plain name)."""
+        while todo:
+            part = todo.pop(0)
+            if part == "..":
+                if len(self.stack) == 1:
+                    raise self.outside()
+                os.close(self.stack.pop())
+                continue
+            if not todo:
+                return part
+            try:
+                fd = os.open(part, _DIR_FLAGS, dir_fd=self.stack[-1])
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFoundError(f"no such file in the sandbox: {self.shown!r}") from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=self.stack[-1])
+                    if self.uid is not None:
+                        os.chown(part, self.uid, self.uid, dir_fd=self.stack[-1], follow_symlinks=False)
+                todo.insert(0, part)
+                continue
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                st = os.stat(part, dir_fd=self.stack[-1], follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    self.follow(part, todo)
+                    continue
+                raise NotADirectoryError(
+                    f"{self.shown!r}: {part!r} on the way is a file, not a directory"
+                ) from None
+            self.stack.append(fd)
+        return "."
+
+
+def _split(path: str, workdir: str) -> list[str]:
+    p = str(path)
+    if p.startswith("/"):
+        rel = posixpath.relpath(posixpath.normpath(p), workdir)
+        if rel == ".." or rel.startswith("../"):
+            raise ValueError(
+                f"path {path!r} is outside the workspace {workdir}; pass a path relative to "
+                "it or an absolute path inside it"
+            )
+        p = rel
+    return [c for c in p.split("/") if c not in ("", ".")]
+
+
+def _open_final(walk: _Walk, todo: list[str], flags: int, create: bool) -> tuple[int, bool]:
+    """Open the last component (following in-tree symlinks); returns (fd, created)."""
+    while True:
+        name = walk.descend(todo, create)
+        if name == ".":
+            raise IsADirectoryError(f"{walk.shown!r} is a directory, not a file")
+        base = flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            if create:
+                try:
+                    return os.open(name, base | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=walk.stack[-1]), True
+                except FileExistsError:
+                    pass
+            return os.open(name, base, dir_fd=walk.stack[-1]), False
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file in the sandbox: {walk.shown!r}") from None
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{walk.shown!r} is a directory, not a file") from None
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                if e.errno == errno.ENXIO:  # a FIFO with no reader
+                    raise IsADirectoryError(f"{walk.shown!r} is not a regular file") from None
+                raise
+            walk.follow(name, todo)
+
+
+def _regular(fd: int, shown: str) -> None:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{shown!r} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise IsADirectoryError(f"{shown!r} is not a regular file")
+
+
+def read_in_tree(root: str, workdir: str, path: str) -> bytes:
+    """The bytes of ``path`` (relative to ``workdir`` or absolute inside it) under host dir
+    ``root``. ValueError outside, FileNotFoundError, IsADirectoryError (also for non-files)."""
+    todo = _split(path, workdir)
+    walk = _Walk(root, workdir, path, None)
+    try:
+        fd, _ = _open_final(walk, todo, os.O_RDONLY, create=False)
+        with os.fdopen(fd, "rb") as f:
+            _regular(f.fileno(), path)
+            return f.read()
+    finally:
+        walk.close()
+
+
+def write_in_tree(root: str, workdir: str, path: str, data: bytes, uid: int | None) -> None:
+    """Write ``data`` to ``path`` under ``root`` (parents made), created entries owned by
+    ``uid`` when given. An existing file keeps its mode."""
+    todo = _split(path, workdir)
+    walk = _Walk(root, workdir, path, uid)
+    try:
+        fd, created = _open_final(walk, todo, os.O_WRONLY, create=True)
+        with os.fdopen(fd, "wb") as f:
+            _regular(f.fileno(), path)
+            if created and uid is not None:
+                os.fchown(f.fileno(), uid, uid)
+            os.ftruncate(f.fileno(), 0)
+            f.write(data)
+    finally:
+        walk.close()
+
+
+__all__ = ["read_in_tree", "write_in_tree"]
