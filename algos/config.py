@@ -315,6 +315,10 @@ class RunConfig:
     """Invalid actions in a row before the agent gives up (none: no cap)."""
     episode_timeout_s: float | None = None
     """Wall-clock limit of one episode (none: no limit)."""
+    max_error_share: float = 0.5
+    """Stop the run (first error's message, non-zero exit) when more than this share of an
+    iteration's episodes fail in their rollout or reward; a run where every one fails always
+    stops."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward micro-batch."""
     bf16: bool = False
@@ -367,6 +371,8 @@ class RunConfig:
                 f"{self.max_context_tokens}: the context must hold the prompt and a completion; "
                 "raise max_context_tokens or lower max_new_tokens"
             )
+        if not 0 <= self.max_error_share <= 1:
+            raise ConfigError(f"max_error_share must be in [0, 1]; got {self.max_error_share}")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for RL sampling; got {self.temperature}")
         if self.checkpoint_every < 0:

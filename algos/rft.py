@@ -35,10 +35,12 @@ from algos.trainer import (
     CHECKPOINT_DIR,
     METRICS_FILE,
     Counters,
+    EpisodesFailed,
     InterruptGuard,
     MetricsLogger,
     Policy,
     build_policy,
+    check_episode_errors,
     default_learner_factory,
     env_kwargs_for,
     env_task_ids,
@@ -122,6 +124,12 @@ def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
         pool = cfg.tasks or env_task_ids(cfg.env, env_kwargs_for(cfg))
         policy.model.eval()
         trajs = run_rollouts(cfg, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
+        failed = Counters(episodes=len(trajs))
+        for t in trajs:
+            if t.finish_reason == "error" or not t.turns:
+                failed.rollout_errors += 1
+                failed.errors.append(f"rollout {t.task_id}: {(t.error or 'no turns')[:300]}")
+        check_episode_errors(failed, cfg.max_error_share, "rft rollouts")
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
     return kept, len(trajs)
 
@@ -240,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = train_rft(cfg)
     except KeyboardInterrupt:
         return 130
-    except ConfigError as e:
+    except (ConfigError, EpisodesFailed) as e:
         raise SystemExit(f"error: {e}") from None
     print(format_table(rows, RESULT_COLUMNS))
     print(f"metrics: {Path(cfg.run_dir) / METRICS_FILE}; model: {Path(cfg.run_dir) / CHECKPOINT_DIR}")

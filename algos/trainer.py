@@ -7,7 +7,8 @@ One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
    (temperature 1.0, no top-k/top-p);
 3. reward = env reward (or ``reward_fn``) + the turn-based length penalty when enabled; a reward
    function that raises drops that sample (counted, error logged); episodes that crashed or are
-   not token-exact are dropped (counted);
+   not token-exact are dropped (counted); when all of them fail, or more than
+   ``max_error_share``, the run stops with the first error (:class:`EpisodesFailed`);
 4. group-normalised advantages (``algos.core.group_advantages``);
 5. the named filter drops samples (``nonzero_advantage``: Nebius; ``nonconstant_group``: DAPO
    dynamic sampling; ``none``: GRPO); while fewer than ``batch_size`` samples survive, more
@@ -83,6 +84,11 @@ SOLVE_RATES_FILE = "solve_rates.json"
 
 class DynamicSamplingExhausted(RuntimeError):
     """Fewer than ``batch_size`` samples survived the filter after every refill round."""
+
+
+class EpisodesFailed(RuntimeError):
+    """Every episode of an iteration (or more than ``max_error_share`` of them) failed in its
+    rollout or its reward: a broken setup, not a signal to learn from (or to skip quietly)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -544,6 +550,8 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
             continue
         if not traj.token_exact:
             counters.not_token_exact += 1
+            counters.errors.append(f"rollout {traj.task_id}: not token-exact (the model returned "
+                                   "text without its token ids; use a token backend)")
             continue
         try:
             reward = float(reward_fn(traj)) if reward_fn is not None else float(traj.reward)
@@ -560,6 +568,19 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
                 torch.tensor([traj.num_turns]), cfg.length_threshold, cfg.max_turns)[0])
         out.append(Scored(traj, group, reward))
     return out
+
+
+def check_episode_errors(counters: Counters, max_share: float, where: str) -> None:
+    """Raise :class:`EpisodesFailed` (with the first error) when every episode failed or more
+    than ``max_share`` of them did; only the filters drop episodes on purpose."""
+    failed = counters.rollout_errors + counters.not_token_exact + counters.reward_errors
+    if not failed or (failed < counters.episodes and failed <= max_share * counters.episodes):
+        return
+    first = counters.errors[0] if counters.errors else "(no message)"
+    raise EpisodesFailed(
+        f"{where}: {failed} of {counters.episodes} episodes failed ({counters.rollout_errors} "
+        f"rollout errors, {counters.not_token_exact} not token-exact, {counters.reward_errors} "
+        f"reward errors; max_error_share={max_share}); first error: {first}")
 
 
 def assign_advantages(cfg: Any, scored: list[Scored]) -> None:
@@ -991,6 +1012,8 @@ class Trainer:
                 a, r = self.solve_counts.setdefault(t.task_id, [0, 0])
                 self.solve_counts[t.task_id] = [a + 1, r + int(bool(t.resolved))]
             scored = score_trajectories(cfg, trajs, groups, self.reward_fn, counters)
+            check_episode_errors(counters, cfg.max_error_share,
+                                 f"iteration {self.iteration + 1}")
             assign_advantages(cfg, scored)
             all_scored += scored
             survivors = apply_filter(cfg.filter, scored)
@@ -1235,7 +1258,7 @@ def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
         rows = trainer.run()
     except KeyboardInterrupt:
         return 130
-    except DynamicSamplingExhausted as e:
+    except (DynamicSamplingExhausted, EpisodesFailed) as e:
         raise SystemExit(f"error: {e}") from None
     finally:
         trainer.close()

@@ -1,0 +1,97 @@
+"""A run whose episodes all fail stops loudly; a few failures below the share do not stop it.
+
+Before this, a run where every rollout failed (a device mismatch on CUDA) or every reward raised
+skipped each iteration, printed an empty table and exited 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.models import ScriptedModel
+from algos.config import ConfigError
+from algos.dapo import DAPOConfig
+from algos.trainer import EpisodesFailed, Policy, Trainer, load_policy_model
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_ARGS = [
+    "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
+    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
+    "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "2",
+    "--length-penalty", "false", "--checkpoint-every", "0", "--progress", "false",
+    "--on-exhausted", "skip",  # as benchmarks/bench_learning.py: it used to hide the failure
+]
+
+
+def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
+    base = dict(run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
+                policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
+                group_size=4, problems_per_iteration=2, batch_size=2, length_penalty=False,
+                filter="none", iterations=1, progress=False, concurrency=8)
+    base.update(kw)
+    return DAPOConfig(**base)
+
+
+def test_cli_run_whose_every_reward_raises_exits_nonzero_with_the_message(tmp_path: Path):
+    (tmp_path / "broken_reward.py").write_text(
+        "def reward(traj):\n    raise RuntimeError('grader cannot reach its database')\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "algos.dapo", *TOY_ARGS, "--iterations", "2",
+         "--reward-fn", "broken_reward:reward", "--run-dir", str(tmp_path / "run")],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0, res.stdout[-2000:]
+    assert "8 of 8 episodes failed" in res.stderr, res.stderr[-2000:]
+    assert "RuntimeError: grader cannot reach its database" in res.stderr
+
+
+def test_every_rollout_failing_stops_the_run_with_the_first_error(tmp_path: Path):
+    cfg = toy_cfg(tmp_path)
+    model, tok, path = load_policy_model("tiny-random", Path(cfg.run_dir))
+
+    def reply(conversation):
+        raise RuntimeError("Expected all tensors to be on the same device")
+
+    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok),
+                    on_policy=False)
+    trainer = Trainer(cfg, "dapo", policy=policy)
+    with pytest.raises(EpisodesFailed, match=r"iteration 1: 8 of 8 episodes failed .*first "
+                                             r"error: rollout .*same device"):
+        trainer.run()
+    assert trainer.learner.step == 0
+
+
+def _fail_every(n: int):
+    seen = {"n": 0}
+
+    def reward(traj):
+        seen["n"] += 1
+        if seen["n"] % n == 0:
+            raise ValueError(f"bad episode {seen['n']}")
+        return float("e" in traj.turns[-1].action)
+
+    return reward
+
+
+def test_failures_above_the_share_stop_the_run(tmp_path: Path):
+    cfg = toy_cfg(tmp_path, max_error_share=0.25)  # 4 of 8 fail: above a quarter
+    with pytest.raises(EpisodesFailed, match=r"4 of 8 episodes failed .*ValueError: bad episode"):
+        Trainer(cfg, "dapo", reward_fn=_fail_every(2)).run()
+
+
+def test_a_few_failures_below_the_share_are_dropped_and_the_run_goes_on(tmp_path: Path):
+    cfg = toy_cfg(tmp_path, iterations=2)  # 1 of 8 fails per iteration; default share 0.5
+    rows = Trainer(cfg, "dapo", reward_fn=_fail_every(8)).run()
+    assert [r["reward_errors"] for r in rows] == [1, 1]
+    assert all(r["kept"] == 7 and r["optimizer_steps"] >= 1 for r in rows)
+    assert any("bad episode" in e for e in rows[0]["errors"])
+
+
+def test_max_error_share_is_validated(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"max_error_share must be in \[0, 1\]; got 1.5"):
+        toy_cfg(tmp_path, max_error_share=1.5)
