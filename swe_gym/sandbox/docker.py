@@ -26,9 +26,6 @@ import io
 import json
 import os
 import posixpath
-import select
-import socket
-import struct
 import tarfile
 import threading
 import time
@@ -40,6 +37,8 @@ from swe_gym.errors import SandboxError, SandboxUnavailable, unknown_choice
 from swe_gym.images import PULL_POLICIES, WORKDIR, ensure_image
 from swe_gym.reap import LABEL_EPISODE, LABEL_OWNER, LABEL_RUN, LABEL_STARTED, LABEL_TASK, OWNER
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
+from swe_gym.sandbox.docker_transport import DockerExecTransport
+from swe_gym.sandbox.gitdiff import DIFF_SCRIPT, diff_env
 from swe_gym.tasks import Task
 
 # Concurrent container starts in this process: the daemon serialises much of create/start, and
@@ -55,148 +54,6 @@ PIDS_MESSAGE = (
     "\n[the sandbox hit its process limit ({n} processes); every process in it was killed and "
     "a fresh shell started (files are kept, the working directory and variables are not)]"
 )
-
-
-class DockerExecTransport:
-    """``swe_gym.sandbox.shell.ShellTransport`` over a ``docker exec`` socket (stdin open, no TTY).
-
-    ``read`` merges the stdout and stderr frames (8-byte header: stream id, 3 zero bytes,
-    big-endian payload length). The exec'd bash is a session leader in the container's pid
-    namespace; its pid is read from the first line it prints, so ``close`` can kill what it
-    started. Killing uses a second exec (``/proc/*/stat`` -> ``select_victims`` -> ``kill``).
-    """
-
-    def __init__(self, api: Any, container_id: str, workdir: str, closing: Any = None):
-        self.api = api
-        self.container_id = container_id
-        self._closing = closing or (lambda: False)  # the sandbox is removing the container
-        self.exec_id = api.exec_create(
-            container_id,
-            ["bash", "-c", "echo $$; exec bash --noprofile --norc"],
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            workdir=workdir,
-        )["Id"]
-        sock = api.exec_start(self.exec_id, socket=True)
-        # docker-py wraps the socket in SocketIO for unix sockets (``_sock``), or returns it raw.
-        self._sock: socket.socket = getattr(sock, "_sock", sock)
-        self._keep = sock  # the wrapper owns the fd's lifetime
-        self._buf = b""
-        self._out = b""
-        self._eof = False
-        self._closed = False
-        self.pid = self._read_pid()
-
-    def _read_pid(self) -> int | None:
-        deadline = time.monotonic() + 15
-        while b"\n" not in self._out and time.monotonic() < deadline:
-            chunk = self._read_frames(0.25)
-            if chunk is None:
-                break
-            self._out += chunk
-        line, sep, rest = self._out.partition(b"\n")
-        if not sep or not line.strip().isdigit():
-            return None
-        self._out = rest
-        return int(line)
-
-    def write(self, data: bytes) -> None:
-        self._sock.sendall(data)  # OSError when the exec is gone, as the protocol wants
-
-    def read(self, timeout: float) -> bytes | None:
-        if self._out:
-            out, self._out = self._out, b""
-            return out
-        return self._read_frames(timeout)
-
-    def _read_frames(self, timeout: float) -> bytes | None:
-        out = self._drain()
-        if out:
-            return out
-        if self._eof:
-            return None
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            try:
-                ready, _, _ = select.select(
-                    [self._sock], [], [], max(0.0, deadline - time.monotonic())
-                )
-            except (OSError, ValueError):  # closed under us
-                self._eof = True
-                return None
-            if not ready:
-                return b""
-            try:
-                chunk = self._sock.recv(1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._eof = True
-                return self._drain() or None
-            self._buf += chunk
-            out = self._drain()
-            if out:
-                return out
-            if time.monotonic() >= deadline:
-                return b""
-
-    def _drain(self) -> bytes:
-        parts = []
-        buf = self._buf
-        while len(buf) >= 8:
-            (size,) = struct.unpack(">L", buf[4:8])
-            if len(buf) < 8 + size:
-                break
-            parts.append(buf[8 : 8 + size])
-            buf = buf[8 + size :]
-        self._buf = buf
-        return b"".join(parts)
-
-    def alive(self) -> bool:
-        return not self._eof and not self._closed
-
-    def _exec(self, cmd: list[str]) -> tuple[int | None, bytes]:
-        try:
-            ex = self.api.exec_create(self.container_id, cmd, stdout=True, stderr=True)
-            out = self.api.exec_start(ex["Id"])
-            return self.api.exec_inspect(ex["Id"]).get("ExitCode"), out
-        except Exception:
-            return None, b""  # the container is gone or at its pids limit
-
-    def kill_command(self, shell_pid: int, keep_pgids: set[int]) -> int:
-        from swe_gym.sandbox.shell import parse_proc_stat, select_victims
-
-        rc, out = self._exec(["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"])
-        if rc is None:
-            return 0
-        groups, pids = select_victims(
-            parse_proc_stat(out.decode(errors="replace")), shell_pid, keep_pgids
-        )
-        targets = [f"-{g}" for g in groups] + [str(p) for p in pids]
-        if targets:
-            self._exec(["kill", "-KILL", "--", *targets])
-        return len(targets)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.pid and not self._eof and not self._closing():
-            # The shell may be spinning (a timed-out `while :; do :; done`): end it and its
-            # session, or it would keep burning the container's CPU after a restart.
-            self.kill_command(self.pid, set())
-            self._exec(["kill", "-KILL", str(self.pid)])
-        for f in (
-            lambda: self._sock.shutdown(socket.SHUT_RDWR),
-            self._sock.close,
-            self._keep.close,
-        ):
-            try:
-                f()
-            except OSError:
-                pass
 
 
 def _transient(exc: BaseException) -> bool:
@@ -226,6 +83,7 @@ class DockerSandbox:
         memory_mb: int = 2048,
         cpus: float = 1.0,
         pids_limit: int = 256,
+        tmp_size_mb: int = 512,
         command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         labels: dict[str, str] | None = None,
@@ -236,7 +94,11 @@ class DockerSandbox:
     ):
         if pull_policy not in PULL_POLICIES:
             raise unknown_choice("pull_policy", pull_policy, PULL_POLICIES)
-        for name, value, low in (("memory_mb", memory_mb, 16), ("pids_limit", pids_limit, 8)):
+        for name, value, low in (
+            ("memory_mb", memory_mb, 16),
+            ("pids_limit", pids_limit, 8),
+            ("tmp_size_mb", tmp_size_mb, 1),
+        ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if not cpus > 0:
@@ -250,6 +112,7 @@ class DockerSandbox:
         self.memory_mb = memory_mb
         self.cpus = cpus
         self.pids_limit = pids_limit
+        self.tmp_size_mb = tmp_size_mb
         self.command_timeout = command_timeout
         self.output_limit = output_limit
         self.build = build
@@ -330,6 +193,8 @@ class DockerSandbox:
                     mem_limit=f"{self.memory_mb}m",
                     memswap_limit=f"{self.memory_mb}m",  # no swap: a hog is OOM-killed, not paged
                     nano_cpus=int(self.cpus * 1e9),
+                    # A capped /tmp: writes past it fail with "No space left on device".
+                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmp_size_mb}m,mode=1777"},
                     labels=labels,
                 )
             except docker.errors.ImageNotFound as e:
@@ -611,7 +476,11 @@ class DockerSandbox:
             import docker.errors
 
             gone = "no such container" in str(e).lower()
-            if isinstance(e, docker.errors.NotFound) and not gone and self._mkdir(parent):
+            if isinstance(e, docker.errors.NotFound) and not gone:
+                if not self._mkdir(parent):
+                    raise FileNotFoundError(
+                        f"cannot create the parent directory of {path!r} in the sandbox ({parent})"
+                    ) from None
                 self.client.api.put_archive(self.container.id, parent, buf.getvalue())
                 return
             if isinstance(e, SandboxError):
@@ -625,18 +494,30 @@ class DockerSandbox:
             return False
 
     def diff(self) -> str:
-        """``git diff`` against ``base_commit`` with new (untracked, not ignored) files included.
-        Uses a throwaway index, so the agent's own staging is left untouched."""
+        """``git diff`` against ``base_commit`` with new (untracked, not ignored) files included,
+        nested repositories' files as ordinary files. A fresh exec (not the agent's shell) with
+        a clean environment and a private, config-less git dir: nothing of ``/testbed/.git``
+        but its objects and its index's stat data is used (``swe_gym.sandbox.gitdiff``)."""
         self._require()
-        base = self.task.base_commit
-        script = (
-            "set -e; idx=$(mktemp); trap 'rm -f \"$idx\"' EXIT; "
-            'if [ -f .git/index ]; then cp .git/index "$idx"; else rm -f "$idx"; fi; '
-            "export GIT_INDEX_FILE=$idx; git add -A; "
-            f"git -c core.fileMode=false diff --no-color --binary --cached {base}"
+        env = diff_env(
+            git_dir="", work_tree=self.workdir, index="", base=self.task.base_commit,
+            alternate=f"{self.workdir}/.git/objects", seed_index=f"{self.workdir}/.git/index",
+            filemode=False,
+        )  # fmt: skip
+        wrapper = (
+            "d=$(mktemp -d /var/tmp/swe_gym_diff.XXXXXX 2>/dev/null || mktemp -d) || exit 70; "
+            'GIT_DIR="$d/git" GIT_INDEX_FILE="$d/index" bash --norc --noprofile -c "$DIFF_SCRIPT"; '
+            'rc=$?; rm -rf -- "$d"; exit $rc'
         )
+        env.pop("GIT_DIR")
+        env.pop("GIT_INDEX_FILE")
+        cmd = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), f"DIFF_SCRIPT={DIFF_SCRIPT}"]
         try:
-            r = self.container.exec_run(["bash", "-c", script], workdir=self.workdir, demux=True)
+            r = self.container.exec_run(
+                [*cmd, "bash", "--norc", "--noprofile", "-c", wrapper],
+                workdir="/",
+                demux=True,
+            )
         except Exception as e:
             raise self._container_gone(e) from None
         out, err = r.output
@@ -645,4 +526,4 @@ class DockerSandbox:
                 f"git diff in {self.workdir} failed (exit {r.exit_code}): "
                 f"{(err or b'').decode(errors='replace')[-2000:]}"
             )
-        return (out or b"").decode("utf-8", errors="replace")
+        return (out or b"").decode("utf-8", "surrogateescape")

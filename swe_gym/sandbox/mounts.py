@@ -20,6 +20,7 @@ import glob
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from swe_gym.paths import cache_root
@@ -93,7 +94,14 @@ def toolchain_dirs() -> list[str]:
             if cand == "/" or top in _TOP_RUNTIME or top == "etc":
                 continue  # bound anyway, or never (/etc is an allow list)
             out.add(cand)
-    # Drop directories inside another bound one.
+    # Never a directory holding the sandboxes' temp dirs or whole home folders (PATH=/tmp or
+    # PATH=~ would show other sandboxes, caches, credentials); nor one inside another.
+    temps = [tempfile.gettempdir(), os.environ.get("SWE_GYM_SANDBOX_TMP") or ""]
+    out = {
+        d
+        for d in out
+        if d not in ("/home", "/root") and not any(t and _inside(t, d) for t in temps)
+    }
     return sorted(d for d in out if not any(o != d and _inside(d, o) for o in out))
 
 
@@ -127,7 +135,19 @@ def bwrap_mounts(
     of the working copy). ``extra_binds``: (host, sandbox, writable) for private paths such as
     the diff's git dir. ``identity``: (passwd, group) files replacing ``/etc``'s."""
     args: list[str] = []
-    made: set[str] = set()
+    made: set[str] = {"/tmp", "/tmp/home", "/var", "/dev", "/sys", "/proc"}
+    # First the private tmpfs: toolchains bound later may live under /tmp on the host.
+    args += [
+        "--dev", "/dev",
+        "--perms", "01777", "--size", str(shm_size_mb << 20), "--tmpfs", "/dev/shm",
+        "--proc", "/proc",
+        "--perms", "0755", "--dir", "/sys",
+        "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",
+        "--perms", "01777", "--size", str(tmp_size_mb << 20), "--tmpfs", "/tmp",
+        "--perms", "0777", "--dir", "/tmp/home",
+        "--perms", "0755", "--dir", "/var",
+        "--symlink", "../tmp", "/var/tmp",
+    ]  # fmt: skip
     for top in _TOP_RUNTIME:
         path = "/" + top
         if os.path.islink(path):
@@ -155,18 +175,7 @@ def bwrap_mounts(
         args += [*_parent_dirs(obj, made), "--ro-bind", obj, obj]
     for m in masks:
         args += ["--remount-ro", m]
-    args += [
-        "--dev", "/dev",
-        "--perms", "01777", "--size", str(shm_size_mb << 20), "--tmpfs", "/dev/shm",
-        "--proc", "/proc",
-        "--perms", "0755", "--dir", "/sys",
-        "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",
-        "--perms", "01777", "--size", str(tmp_size_mb << 20), "--tmpfs", "/tmp",
-        "--perms", "0777", "--dir", "/tmp/home",
-        "--perms", "0755", "--dir", "/var",
-        "--symlink", "../tmp", "/var/tmp",
-        "--ro-bind" if readonly_worktree else "--bind", workdir_host, SANDBOX_WORKDIR,
-    ]  # fmt: skip
+    args += ["--ro-bind" if readonly_worktree else "--bind", workdir_host, SANDBOX_WORKDIR]
     for host, inside, writable in extra_binds:
         args += [*_parent_dirs(inside, made), "--bind" if writable else "--ro-bind", host, inside]
     return [*args, "--remount-ro", "/"]

@@ -128,7 +128,11 @@ def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
 
 def _build(repo: Path, sha: str, out: Path) -> None:
     tags = host_git(
-        "for-each-ref", f"--merged={sha}", "--format=%(objectname) %(refname)", "refs/tags", cwd=repo
+        "for-each-ref",
+        f"--merged={sha}",
+        "--format=%(objectname) %(refname)",
+        "refs/tags",
+        cwd=repo,
     )
     tag_objects = [line.split()[0] for line in tags.decode().splitlines() if line.strip()]
     (out / "objects" / "pack").mkdir(parents=True)
@@ -146,7 +150,9 @@ def _build(repo: Path, sha: str, out: Path) -> None:
     (out / "done").write_text(sha + "\n")
 
 
-def init_repo(git_dir: Path, pack: BasePack, *, index: bool = False, work_tree: Path | None = None) -> None:
+def init_repo(
+    git_dir: Path, pack: BasePack, *, index: bool = False, work_tree: Path | None = None
+) -> None:
     """A git dir whose objects come from ``pack`` (alternates), ``HEAD`` detached at the base
     and the reachable tags; with ``work_tree``, check the base out there (``read-tree -u``)."""
     (git_dir / "objects" / "info").mkdir(parents=True)

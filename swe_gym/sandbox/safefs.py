@@ -42,11 +42,18 @@ class _Walk:
         )
 
     def follow(self, name: str, todo: list[str]) -> None:
-        """Replace symlink ``name`` (in the current directory) by its target's components."""
+        """Replace symlink ``name`` (in the current directory) by its target's components;
+        when it is no longer a symlink (swapped meanwhile), put ``name`` back to retry."""
         self.links += 1
         if self.links > MAX_LINKS:
             raise OSError(errno.ELOOP, f"too many levels of symbolic links in {self.shown!r}")
-        target = os.readlink(name, dir_fd=self.stack[-1])
+        try:
+            target = os.readlink(name, dir_fd=self.stack[-1])
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOENT):
+                raise
+            todo.insert(0, name)
+            return
         if target.startswith("/"):
             rel = posixpath.relpath(posixpath.normpath(target), self.workdir)
             if rel == ".." or rel.startswith("../"):
@@ -71,19 +78,26 @@ class _Walk:
                 fd = os.open(part, _DIR_FLAGS, dir_fd=self.stack[-1])
             except FileNotFoundError:
                 if not create:
-                    raise FileNotFoundError(f"no such file in the sandbox: {self.shown!r}") from None
+                    raise FileNotFoundError(
+                        f"no such file in the sandbox: {self.shown!r}"
+                    ) from None
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=self.stack[-1])
                     if self.uid is not None:
-                        os.chown(part, self.uid, self.uid, dir_fd=self.stack[-1], follow_symlinks=False)
+                        os.chown(
+                            part, self.uid, self.uid, dir_fd=self.stack[-1], follow_symlinks=False
+                        )
                 todo.insert(0, part)
                 continue
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                st = os.stat(part, dir_fd=self.stack[-1], follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    self.follow(part, todo)
+                try:
+                    st = os.stat(part, dir_fd=self.stack[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    st = None
+                if st is None or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                    self.follow(part, todo)  # a link, or swapped meanwhile: resolve or retry
                     continue
                 raise NotADirectoryError(
                     f"{self.shown!r}: {part!r} on the way is a file, not a directory"
@@ -115,7 +129,9 @@ def _open_final(walk: _Walk, todo: list[str], flags: int, create: bool) -> tuple
         try:
             if create:
                 try:
-                    return os.open(name, base | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=walk.stack[-1]), True
+                    return os.open(
+                        name, base | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=walk.stack[-1]
+                    ), True
                 except FileExistsError:
                     pass
             return os.open(name, base, dir_fd=walk.stack[-1]), False
