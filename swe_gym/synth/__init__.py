@@ -13,4 +13,12 @@ from swe_gym.synth.operators import OPERATORS, Mutation, mutations_of
 from swe_gym.synth.pipeline import SynthConfig, synthesize
 from swe_gym.synth.split import function_of, split_tasks
 
-__all__ = ["OPERATORS", "Mutation", "SynthConfig", "function_of", "mutations_of", "split_tasks", "synthesize"]
+__all__ = [
+    "OPERATORS",
+    "Mutation",
+    "SynthConfig",
+    "function_of",
+    "mutations_of",
+    "split_tasks",
+    "synthesize",
+]

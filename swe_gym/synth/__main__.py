@@ -34,7 +34,9 @@ def resolve_source(repo: str) -> Path:
 def load_rewrite(spec: str) -> Rewrite:
     module, _, name = spec.partition(":")
     if not module or not name:
-        raise SystemExit(f"--rewrite {spec!r} must be module:function (a callable (text, context) -> text)")
+        raise SystemExit(
+            f"--rewrite {spec!r} must be module:function (a callable (text, context) -> text)"
+        )
     fn = getattr(importlib.import_module(module), name, None)
     if not callable(fn):
         raise SystemExit(f"--rewrite {spec!r}: {module} has no callable {name!r}")
@@ -42,23 +44,55 @@ def load_rewrite(spec: str) -> Rewrite:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m swe_gym.synth", description=__doc__.split("\n\n")[0])
-    p.add_argument("repo", help="a local git repository (its HEAD is used) or a bundled name such as starter/textkit")
-    p.add_argument("--out", type=Path, required=True, help="tasks JSONL to write (state and summary go next to it)")
-    p.add_argument("--repos-dir", type=Path, default=None,
-                   help=f"where the derived repository goes (default $SWE_GYM_REPOS, else {default_repos_dir()})")
-    p.add_argument("--repo-name", default=None, help="the rows' repo, owner/name (default synth/<folder name>)")
-    p.add_argument("--operators", default=None, help=f"comma-separated subset of: {', '.join(OPERATORS)}")
-    p.add_argument("--include", action="append", default=None,
-                   help="glob of files to mutate, repeatable (default: every non-test .py file)")
-    p.add_argument("--max-candidates", type=int, default=None, help="validate at most this many mutants")
+    p = argparse.ArgumentParser(
+        prog="python -m swe_gym.synth", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "repo",
+        help="a local git repository (its HEAD is used) or a bundled name such as starter/textkit",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="tasks JSONL to write (state and summary go next to it)",
+    )
+    p.add_argument(
+        "--repos-dir",
+        type=Path,
+        default=None,
+        help=f"where the derived repository goes (default $SWE_GYM_REPOS, else {default_repos_dir()})",
+    )
+    p.add_argument(
+        "--repo-name", default=None, help="the rows' repo, owner/name (default synth/<folder name>)"
+    )
+    p.add_argument(
+        "--operators", default=None, help=f"comma-separated subset of: {', '.join(OPERATORS)}"
+    )
+    p.add_argument(
+        "--include",
+        action="append",
+        default=None,
+        help="glob of files to mutate, repeatable (default: every non-test .py file)",
+    )
+    p.add_argument(
+        "--max-candidates", type=int, default=None, help="validate at most this many mutants"
+    )
     p.add_argument("--workers", type=int, default=2, help="parallel sandboxes (default 2)")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="seconds per mutant's test run (default: 3 x the clean run + 5, at least 10)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per mutant's test run (default: 3 x the clean run + 5, at least 10)",
+    )
     p.add_argument("--seed", type=int, default=0, help="order in which candidates are tried")
-    p.add_argument("--test-cmd", default=DEFAULT_TEST_CMD, help=f"test command (default {DEFAULT_TEST_CMD!r})")
+    p.add_argument(
+        "--test-cmd", default=DEFAULT_TEST_CMD, help=f"test command (default {DEFAULT_TEST_CMD!r})"
+    )
     p.add_argument("--backend", default="local", help="sandbox backend (default local)")
-    p.add_argument("--rewrite", default=None, help="module:function that rewrites each issue text (an LM hook)")
+    p.add_argument(
+        "--rewrite", default=None, help="module:function that rewrites each issue text (an LM hook)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 

@@ -20,15 +20,33 @@ from swe_gym.repos import repo_dir_name
 _GIT_TIMEOUT = 300.0
 
 
-def git(*args: str, cwd: Path, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
+def git(
+    *args: str, cwd: Path, input: bytes | None = None, env: dict[str, str] | None = None
+) -> str:
     """Run git on the host; raise RuntimeError with git's message (never a silent failure)."""
-    cmd = ["git", "-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", *args]
+    cmd = [
+        "git",
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+        *args,
+    ]
     p = subprocess.run(
-        cmd, cwd=cwd, input=input, capture_output=True, timeout=_GIT_TIMEOUT, check=False,
+        cmd,
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        timeout=_GIT_TIMEOUT,
+        check=False,
         env={**os.environ, **(env or {})},
     )
     if p.returncode != 0:
-        raise RuntimeError(f"`git {' '.join(args)}` failed in {cwd}: {p.stderr.decode('utf-8', 'replace').strip()}")
+        raise RuntimeError(
+            f"`git {' '.join(args)}` failed in {cwd}: {p.stderr.decode('utf-8', 'replace').strip()}"
+        )
     return p.stdout.decode("utf-8", "surrogateescape")
 
 
@@ -44,8 +62,11 @@ def read_tree_files(source: Path, commit: str, paths: list[str]) -> dict[str, st
         return out
     raw = subprocess.run(
         ["git", "-c", "safe.directory=*", "cat-file", "--batch"],
-        cwd=source, input="".join(f"{commit}:{p}\n" for p in paths).encode(),
-        capture_output=True, timeout=_GIT_TIMEOUT, check=True,
+        cwd=source,
+        input="".join(f"{commit}:{p}\n" for p in paths).encode(),
+        capture_output=True,
+        timeout=_GIT_TIMEOUT,
+        check=True,
     ).stdout
     pos = 0
     for path in paths:
@@ -80,11 +101,23 @@ class DerivedRepo:
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
             git("init", "-q", "--bare", "--template=", str(self.path), cwd=self.path.parent)
-        have = subprocess.run(
-            ["git", "-c", "safe.directory=*", "cat-file", "-e", f"{head}^{{commit}}"], cwd=self.path, capture_output=True
-        ).returncode == 0
+        have = (
+            subprocess.run(
+                ["git", "-c", "safe.directory=*", "cat-file", "-e", f"{head}^{{commit}}"],
+                cwd=self.path,
+                capture_output=True,
+            ).returncode
+            == 0
+        )
         if not have:
-            git("fetch", "-q", "--no-tags", str(Path(source).resolve()), f"{head}:refs/synth/source", cwd=self.path)
+            git(
+                "fetch",
+                "-q",
+                "--no-tags",
+                str(Path(source).resolve()),
+                f"{head}:refs/synth/source",
+                cwd=self.path,
+            )
         git("update-ref", "refs/synth/source", head, cwd=self.path)
         git("symbolic-ref", "HEAD", "refs/synth/source", cwd=self.path)
         self._date = git("show", "-s", "--format=%cI", head, cwd=self.path).strip()
@@ -92,19 +125,33 @@ class DerivedRepo:
 
     def commit_bug(self, head: str, path: str, text: str, key: str) -> str:
         """A root commit holding ``head``'s tree with ``path`` replaced by ``text``."""
-        blob = git("hash-object", "-w", "--stdin", cwd=self.path, input=text.encode("utf-8")).strip()
+        blob = git(
+            "hash-object", "-w", "--stdin", cwd=self.path, input=text.encode("utf-8")
+        ).strip()
         mode = git("ls-tree", head, "--", path, cwd=self.path).split(" ", 1)[0] or "100644"
         with tempfile.TemporaryDirectory() as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             git("read-tree", head, cwd=self.path, env=env)
-            git("update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}", cwd=self.path, env=env)
+            git(
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                f"{mode},{blob},{path}",
+                cwd=self.path,
+                env=env,
+            )
             tree = git("write-tree", cwd=self.path, env=env).strip()
         ident = {
-            "GIT_AUTHOR_NAME": "swe_gym", "GIT_AUTHOR_EMAIL": "synth@swe-gym.invalid",
-            "GIT_COMMITTER_NAME": "swe_gym", "GIT_COMMITTER_EMAIL": "synth@swe-gym.invalid",
-            "GIT_AUTHOR_DATE": self._date, "GIT_COMMITTER_DATE": self._date,
+            "GIT_AUTHOR_NAME": "swe_gym",
+            "GIT_AUTHOR_EMAIL": "synth@swe-gym.invalid",
+            "GIT_COMMITTER_NAME": "swe_gym",
+            "GIT_COMMITTER_EMAIL": "synth@swe-gym.invalid",
+            "GIT_AUTHOR_DATE": self._date,
+            "GIT_COMMITTER_DATE": self._date,
         }
-        sha = git("commit-tree", tree, "-m", "Import source snapshot", cwd=self.path, env=ident).strip()
+        sha = git(
+            "commit-tree", tree, "-m", "Import source snapshot", cwd=self.path, env=ident
+        ).strip()
         git("update-ref", f"refs/synth/bugs/{key}", sha, cwd=self.path)  # keeps it from gc
         return sha
 

@@ -52,7 +52,13 @@ def _symptom(messages: Iterable[str]) -> str:
     kinds = []
     for msg in messages:
         m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", msg)
-        kind = m.group(1) if m else "AssertionError" if msg.startswith("assert") or not msg else msg.split(":", 1)[0][:40]
+        kind = (
+            m.group(1)
+            if m
+            else "AssertionError"
+            if msg.startswith("assert") or not msg
+            else msg.split(":", 1)[0][:40]
+        )
         if kind not in kinds:
             kinds.append(kind)
     if kinds == ["AssertionError"]:
@@ -98,22 +104,37 @@ def issue_text(
         f"Running the test suite (`pytest`) shows {n} failing test{'s' if n != 1 else ''} that used to pass:",
         "",
     ]
-    for test, msg in list(zip(fail_to_pass, msgs))[:_MAX_LISTED]:
+    for test, msg in list(zip(fail_to_pass, msgs, strict=True))[:_MAX_LISTED]:
         msg = " ".join(msg.split())[:_MAX_CHARS]
         parts.append(f"- `{test}`" + (f": {msg}" if msg else ""))
     if n > _MAX_LISTED:
         parts.append(f"- ... and {n - _MAX_LISTED} more")
     detail = error_lines(log, fail_to_pass[0])
     if detail:
-        parts += ["", f"The first failure (`{fail_to_pass[0]}`) reports:", "", "```", *detail, "```"]
+        parts += [
+            "",
+            f"The first failure (`{fail_to_pass[0]}`) reports:",
+            "",
+            "```",
+            *detail,
+            "```",
+        ]
     parts += [
         "",
         "The behaviour these tests describe is the intended one; please fix the code, not the tests"
-        + (f" (the other {len(pass_to_pass)} tests still pass and must keep passing)." if pass_to_pass else "."),
+        + (
+            f" (the other {len(pass_to_pass)} tests still pass and must keep passing)."
+            if pass_to_pass
+            else "."
+        ),
     ]
     text = _clean("\n".join(parts), forbidden) + "\n"
     if rewrite is not None:
-        context = {"repo": repo, "fail_to_pass": list(fail_to_pass), "messages": dict(zip(fail_to_pass, msgs))}
+        context = {
+            "repo": repo,
+            "fail_to_pass": list(fail_to_pass),
+            "messages": dict(zip(fail_to_pass, msgs, strict=True)),
+        }
         text = _clean(rewrite(text, context), forbidden) + "\n"
     return text
 

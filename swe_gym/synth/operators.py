@@ -10,68 +10,10 @@ mutation knows the qualified name of the function it lands in.
 from __future__ import annotations
 
 import ast
-import hashlib
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
-__all__ = ["OPERATORS", "Mutation", "SourceFile", "mutations_of"]
-
-
-@dataclass(frozen=True)
-class Mutation:
-    path: str  # repository-relative, posix
-    operator: str
-    qualname: str  # function the edit lands in, e.g. "Table.render.<locals>.cell"
-    start: int  # character offsets into the original text
-    end: int
-    replacement: str
-    lineno: int  # 1-based first line of the edit (for metadata, never for the issue text)
-
-    def apply(self, text: str) -> str:
-        return text[: self.start] + self.replacement + text[self.end :]
-
-    def key(self, text: str) -> str:
-        """Identity of the resulting program: two operators producing the same file are one bug."""
-        return hashlib.sha256(f"{self.path}\0{self.apply(text)}".encode()).hexdigest()[:16]
-
-
-class SourceFile:
-    """A file's text with conversions from ``ast`` positions (UTF-8 byte columns) to offsets."""
-
-    def __init__(self, path: str, text: str):
-        self.path, self.text = path, text
-        self.lines = text.splitlines(keepends=True)
-        self._starts = [0]
-        for line in self.lines:
-            self._starts.append(self._starts[-1] + len(line))
-
-    def offset(self, lineno: int, col: int) -> int:
-        line = self.lines[lineno - 1]
-        return self._starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
-
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
-
-    def seg(self, node: ast.AST) -> str:
-        s, e = self.span(node)
-        return self.text[s:e]
-
-    def line_span(self, first: int, last: int) -> tuple[int, int]:
-        """Offsets covering whole lines ``first..last`` (1-based, inclusive)."""
-        return self._starts[first - 1], self._starts[last]
-
-    def owns_lines(self, node: ast.stmt) -> bool:
-        """The statement alone occupies its lines (no ``a; b``, nothing after it)."""
-        first, last = self.lines[node.lineno - 1], self.lines[node.end_lineno - 1]
-        before = first.encode()[: node.col_offset].decode("utf-8", "replace")
-        after = last.encode()[node.end_col_offset :].decode("utf-8", "replace").strip()
-        return not before.strip() and (not after or after.startswith("#"))
-
-    def indent(self, lineno: int) -> str:
-        line = self.lines[lineno - 1]
-        return line[: len(line) - len(line.lstrip())]
-
+from swe_gym.synth.source import Mutation, SourceFile
 
 Proposal = tuple[int, int, str]  # start, end, replacement
 Operator = Callable[[SourceFile, ast.AST], Iterator[Proposal]]
@@ -84,7 +26,9 @@ def _wrapped(src: SourceFile, node: ast.expr) -> str:
     return text if isinstance(node, _SIMPLE) else f"({text})"
 
 
-def _op_between(src: SourceFile, left: ast.AST, right: ast.AST, pattern: str, repl: str) -> Iterator[Proposal]:
+def _op_between(
+    src: SourceFile, left: ast.AST, right: ast.AST, pattern: str, repl: str
+) -> Iterator[Proposal]:
     """Replace the operator token found between two operands (parens and spaces around it)."""
     lo, hi = src.span(left)[1], src.span(right)[0]
     gap = src.text[lo:hi]
@@ -107,8 +51,18 @@ _CMP_TOKENS = {
     ast.Is: (r"(?<![\w])is(?![\w])(?!\s+not)", "is"),
     ast.IsNot: (r"is\s+not", "is not"),
 }
-_NEGATE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
-           ast.LtE: ast.Gt, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_NEGATE = {
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 _BOUNDARY = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
 
 
@@ -119,7 +73,9 @@ def _compare(src: SourceFile, node: ast.AST, table: dict) -> Iterator[Proposal]:
     for i, op in enumerate(node.ops):
         new = table.get(type(op))
         if new is not None:
-            yield from _op_between(src, operands[i], operands[i + 1], _CMP_TOKENS[type(op)][0], _CMP_TOKENS[new][1])
+            yield from _op_between(
+                src, operands[i], operands[i + 1], _CMP_TOKENS[type(op)][0], _CMP_TOKENS[new][1]
+            )
 
 
 def comparison_flip(src: SourceFile, node: ast.AST) -> Iterator[Proposal]:
@@ -203,8 +159,13 @@ def swap_arguments(src: SourceFile, node: ast.AST) -> Iterator[Proposal]:
     yield start, end, tb + src.text[src.span(a)[1] : src.span(b)[0]] + ta
 
 
-_ARITH = {ast.Add: (r"(?<![+*/])\+(?!=)", "-"), ast.Sub: (r"-(?!=)", "+"),
-          ast.Mult: (r"(?<!\*)\*(?![*=])", "/"), ast.FloorDiv: (r"//", "/"), ast.Div: (r"(?<!/)/(?![/=])", "//")}
+_ARITH = {
+    ast.Add: (r"(?<![+*/])\+(?!=)", "-"),
+    ast.Sub: (r"-(?!=)", "+"),
+    ast.Mult: (r"(?<!\*)\*(?![*=])", "/"),
+    ast.FloorDiv: (r"//", "/"),
+    ast.Div: (r"(?<!/)/(?![/=])", "//"),
+}
 
 
 def arithmetic_swap(src: SourceFile, node: ast.AST) -> Iterator[Proposal]:
@@ -214,7 +175,10 @@ def arithmetic_swap(src: SourceFile, node: ast.AST) -> Iterator[Proposal]:
     entry = _ARITH.get(type(node.op))
     if entry is not None:
         yield from _op_between(src, node.left, node.right, entry[0], entry[1])
-    if isinstance(node.op, (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod)) and node.left.end_lineno == node.right.lineno:
+    if (
+        isinstance(node.op, (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod))
+        and node.left.end_lineno == node.right.lineno
+    ):
         ls, le = src.span(node.left)
         rs, re_ = src.span(node.right)
         left, right = src.text[ls:le], src.text[rs:re_]
@@ -222,7 +186,16 @@ def arithmetic_swap(src: SourceFile, node: ast.AST) -> Iterator[Proposal]:
             yield ls, re_, right + src.text[le:rs] + left
 
 
-_REMOVABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Continue, ast.Break, ast.Raise, ast.Delete)
+_REMOVABLE = (
+    ast.Expr,
+    ast.Assign,
+    ast.AugAssign,
+    ast.AnnAssign,
+    ast.Continue,
+    ast.Break,
+    ast.Raise,
+    ast.Delete,
+)
 
 
 def _remove_stmt(src: SourceFile, stmt: ast.stmt, block: list[ast.stmt]) -> Iterator[Proposal]:
@@ -348,10 +321,16 @@ def _function_nodes(tree: ast.Module) -> Iterator[tuple[str, ast.AST, list[ast.A
                 stack: list[ast.AST] = list(reversed(child.body))
                 while stack:
                     n = stack.pop()
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    if isinstance(
+                        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+                    ):
                         continue
                     own.append(n)
-                    kids = [k for k in ast.iter_child_nodes(n) if not (isinstance(n, ast.AnnAssign) and k is n.annotation)]
+                    kids = [
+                        k
+                        for k in ast.iter_child_nodes(n)
+                        if not (isinstance(n, ast.AnnAssign) and k is n.annotation)
+                    ]
                     stack.extend(reversed(kids))
                 yield qual, child, own
                 yield from walk(child, f"{qual}.<locals>.")
@@ -386,10 +365,16 @@ def mutations_of(path: str, text: str, operators: list[str] | None = None) -> li
             for name in chosen:
                 if name == "wrong_return" and generator:
                     continue
-                if node is func and name not in ("remove_statement", "remove_condition", "drop_exception_handling"):
+                if node is func and name not in (
+                    "remove_statement",
+                    "remove_condition",
+                    "drop_exception_handling",
+                ):
                     continue
                 for start, end, repl in OPERATORS[name](src, node):
-                    m = Mutation(path, name, qualname, start, end, repl, text.count("\n", 0, start) + 1)
+                    m = Mutation(
+                        path, name, qualname, start, end, repl, text.count("\n", 0, start) + 1
+                    )
                     mutant = m.apply(text)
                     if mutant in seen:
                         continue

@@ -55,13 +55,19 @@ class SynthConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.source, self.out, self.repos_dir = Path(self.source), Path(self.out), Path(self.repos_dir)
+        self.source, self.out, self.repos_dir = (
+            Path(self.source),
+            Path(self.out),
+            Path(self.repos_dir),
+        )
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.max_candidates is not None and self.max_candidates < 1:
             raise ValueError(f"max_candidates must be positive or None, got {self.max_candidates}")
         if not (self.source / ".git").exists() and not (self.source / "HEAD").is_file():
-            raise ValueError(f"source {str(self.source)!r} is not a git repository (no .git); pass a local clone")
+            raise ValueError(
+                f"source {str(self.source)!r} is not a git repository (no .git); pass a local clone"
+            )
         if self.repo_name is None:
             self.repo_name = f"synth/{self.source.resolve().name}"
         if "/" not in self.repo_name:
@@ -84,7 +90,11 @@ def is_mutable_file(path: str, include: list[str] | None = None) -> bool:
     p = PurePosixPath(path)
     if any(part in _TEST_DIRS for part in p.parts[:-1]):
         return False
-    return not (p.name.startswith("test_") or p.name.endswith("_test.py") or p.name in ("conftest.py", "setup.py"))
+    return not (
+        p.name.startswith("test_")
+        or p.name.endswith("_test.py")
+        or p.name in ("conftest.py", "setup.py")
+    )
 
 
 def candidates(texts: dict[str, str], cfg: SynthConfig) -> tuple[list[Mutation], Counter]:
@@ -129,7 +139,9 @@ def _changed_lines(patch: str) -> int:
     )
 
 
-def make_row(cfg: SynthConfig, derived: DerivedRepo, head: str, m: Mutation, text: str, out: Outcome) -> dict:
+def make_row(
+    cfg: SynthConfig, derived: DerivedRepo, head: str, m: Mutation, text: str, out: Outcome
+) -> dict:
     """Commit the bug and build its task row (gold patch = the diff from buggy back to clean)."""
     key = m.key(text)
     mutant = m.apply(text)
@@ -140,7 +152,12 @@ def make_row(cfg: SynthConfig, derived: DerivedRepo, head: str, m: Mutation, tex
     edit_lines = text.splitlines()[first - 1 : last] + mutant.splitlines()[first - 1 : new_last]
     assert cfg.repo_name is not None
     problem = issue_text(
-        cfg.repo_name, out.log, out.fail_to_pass, out.pass_to_pass, forbidden=edit_lines, rewrite=cfg.rewrite
+        cfg.repo_name,
+        out.log,
+        out.fail_to_pass,
+        out.pass_to_pass,
+        forbidden=edit_lines,
+        rewrite=cfg.rewrite,
     )
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
@@ -179,7 +196,9 @@ def _progress(total: int, enabled: bool) -> Any:
         from tqdm import tqdm
     except ImportError:  # tqdm comes with datasets; without it, no bar
         return None
-    return tqdm(total=total, desc="validating", unit="mutant", disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total, desc="validating", unit="mutant", disable=not enabled, dynamic_ncols=True
+    )
 
 
 def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -193,7 +212,9 @@ def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str
     order, dups = candidates(texts, cfg)
     decided = _load_state(cfg.state_path, head)
     todo = [m for m in order if m.key(texts[m.path]) not in decided]
-    log(f"{cfg.source}: {len(texts)} files, {len(order)} candidates ({len(order) - len(todo)} decided before)")
+    log(
+        f"{cfg.source}: {len(texts)} files, {len(order)} candidates ({len(order) - len(todo)} decided before)"
+    )
 
     summary_extra: dict[str, Any] = {}
     validated = 0
@@ -240,13 +261,20 @@ def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str
     }
     cfg.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     log(format_summary(summary))
-    log(f"rows: {cfg.out}; the sandbox finds the derived repository with repos_dir={cfg.repos_dir} "
-        f"(or {REPOS_ENV}={cfg.repos_dir})")
+    log(
+        f"rows: {cfg.out}; the sandbox finds the derived repository with repos_dir={cfg.repos_dir} "
+        f"(or {REPOS_ENV}={cfg.repos_dir})"
+    )
     return summary
 
 
 def _validate_all(
-    cfg: SynthConfig, derived: DerivedRepo, head: str, texts: dict[str, str], todo: list[Mutation], decided: dict
+    cfg: SynthConfig,
+    derived: DerivedRepo,
+    head: str,
+    texts: dict[str, str],
+    todo: list[Mutation],
+    decided: dict,
 ) -> tuple[int, dict[str, Any]]:
     assert cfg.repo_name is not None
     task = clean_task(cfg.repo_name, head, cfg.test_cmd)
@@ -274,16 +302,31 @@ def _validate_all(
         bar = _progress(len(todo), cfg.progress)
         validated = 0
         cfg.state_path.parent.mkdir(parents=True, exist_ok=True)
-        with cfg.state_path.open("a", encoding="utf-8") as state, ThreadPoolExecutor(len(validators)) as ex:
+        with (
+            cfg.state_path.open("a", encoding="utf-8") as state,
+            ThreadPoolExecutor(len(validators)) as ex,
+        ):
             futures = {ex.submit(check, m): m for m in todo}
             accepted = 0
             for fut in as_completed(futures):
                 m = futures[fut]
                 out = fut.result()
                 key = m.key(texts[m.path])
-                row = make_row(cfg, derived, head, m, texts[m.path], out) if out.reason is None else None
-                rec = {"key": key, "source_commit": head, "operator": m.operator, "path": m.path,
-                       "qualname": m.qualname, "reason": out.reason, "duration": round(out.duration, 3), "row": row}
+                row = (
+                    make_row(cfg, derived, head, m, texts[m.path], out)
+                    if out.reason is None
+                    else None
+                )
+                rec = {
+                    "key": key,
+                    "source_commit": head,
+                    "operator": m.operator,
+                    "path": m.path,
+                    "qualname": m.qualname,
+                    "reason": out.reason,
+                    "duration": round(out.duration, 3),
+                    "row": row,
+                }
                 state.write(json.dumps(rec) + "\n")
                 state.flush()
                 decided[key] = rec
@@ -294,7 +337,11 @@ def _validate_all(
                     bar.set_postfix(accepted=accepted)
         if bar is not None:
             bar.close()
-        return validated, {"baseline_tests": len(passed), "baseline_s": round(slowest, 2), "timeout_s": round(timeout, 1)}
+        return validated, {
+            "baseline_tests": len(passed),
+            "baseline_s": round(slowest, 2),
+            "timeout_s": round(timeout, 1),
+        }
     finally:
         for v in validators:
             v.close()
@@ -309,9 +356,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     for op, c in per_op.items():
         n = c.get("candidates", 0)
         rate = f"{c.get('accepted', 0) / n:.0%}" if n else "-"
-        rows.append([op, str(n), str(c.get("accepted", 0)), rate, *(str(c.get(r, 0)) for r in reasons)])
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)) for r in [head, *rows]]
+        rows.append(
+            [op, str(n), str(c.get("accepted", 0)), rate, *(str(c.get(r, 0)) for r in reasons)]
+        )
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in [head, *rows]]
     lines.append(
         f"accepted {summary['accepted']} of {summary['candidates']} candidates "
         f"({summary['duplicates']} duplicates dropped); validated {summary['validated_this_run']} this run "
@@ -320,4 +369,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SynthConfig", "candidates", "default_repos_dir", "format_summary", "is_mutable_file", "make_row", "synthesize"]
+__all__ = [
+    "SynthConfig",
+    "candidates",
+    "default_repos_dir",
+    "format_summary",
+    "is_mutable_file",
+    "make_row",
+    "synthesize",
+]

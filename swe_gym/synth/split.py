@@ -31,7 +31,9 @@ def function_of(row: Task | Mapping[str, Any]) -> str:
     return str(meta.get("function") or iid)
 
 
-def split_tasks(rows: Iterable[Row], held_out: float = 0.2, seed: int = 0) -> tuple[list[Row], list[Row]]:
+def split_tasks(
+    rows: Iterable[Row], held_out: float = 0.2, seed: int = 0
+) -> tuple[list[Row], list[Row]]:
     """``(train, held_out)``, each in input order; no function has rows on both sides.
 
     ``held_out`` is the target fraction of rows (reached as closely as whole functions allow,
@@ -46,7 +48,9 @@ def split_tasks(rows: Iterable[Row], held_out: float = 0.2, seed: int = 0) -> tu
     target = held_out * len(rows)
     test_idx: set[int] = set()
     for func in order:
-        if len(test_idx) >= target or (held_out < 1.0 and len(test_idx) + len(groups[func]) > target and test_idx):
+        if len(test_idx) >= target or (
+            held_out < 1.0 and len(test_idx) + len(groups[func]) > target and test_idx
+        ):
             continue
         test_idx.update(groups[func])
     if held_out > 0 and not test_idx and len(groups) > 1:
@@ -59,7 +63,9 @@ def split_tasks(rows: Iterable[Row], held_out: float = 0.2, seed: int = 0) -> tu
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -67,9 +73,15 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m swe_gym.synth.split", description=__doc__.split("\n\n")[0])
-    p.add_argument("tasks", type=Path, help="tasks JSONL (rows with meta.function, as synth writes)")
-    p.add_argument("--held-out", type=float, default=0.2, help="fraction of rows held out (default 0.2)")
+    p = argparse.ArgumentParser(
+        prog="python -m swe_gym.synth.split", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "tasks", type=Path, help="tasks JSONL (rows with meta.function, as synth writes)"
+    )
+    p.add_argument(
+        "--held-out", type=float, default=0.2, help="fraction of rows held out (default 0.2)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train", type=Path, required=True, help="where the training rows go")
     p.add_argument("--test", type=Path, required=True, help="where the held-out rows go")

@@ -24,7 +24,13 @@ PASSING = ("PASSED", "XFAIL")
 LOG_PARSER = "parse_log_pytest"
 
 # Why a candidate is dropped; the summary counts each.
-DROP_REASONS = ("timeout", "collection_error", "suite_did_not_run", "tests_missing", "no_fail_to_pass")
+DROP_REASONS = (
+    "timeout",
+    "collection_error",
+    "suite_did_not_run",
+    "tests_missing",
+    "no_fail_to_pass",
+)
 
 
 @dataclass
@@ -72,13 +78,19 @@ def parse_log(log: str) -> dict[str, str]:
 
 def _collection_broke(run: SuiteRun) -> bool:
     # pytest exits 2 when collection errors interrupt the session, 3 on an internal error.
-    return run.exit_code in (2, 3, 4) or "error during collection" in run.log or "errors during collection" in run.log
+    return (
+        run.exit_code in (2, 3, 4)
+        or "error during collection" in run.log
+        or "errors during collection" in run.log
+    )
 
 
 class Validator:
     """A started sandbox at the clean commit that runs the suite on mutants, one at a time."""
 
-    def __init__(self, task: Task, *, backend: str = "local", sandbox_options: dict[str, Any] | None = None):
+    def __init__(
+        self, task: Task, *, backend: str = "local", sandbox_options: dict[str, Any] | None = None
+    ):
         self.task = task
         self.test_cmd = (task.install_config or {}).get("test_cmd", "pytest -rA")
         self.sandbox: Sandbox = make_sandbox(task, backend, **(sandbox_options or {}))
@@ -138,7 +150,9 @@ def baseline(validator: Validator, timeout: float, runs: int = 2) -> tuple[set[s
     for _ in range(runs):
         run = validator.run_suite(timeout)
         if run.timed_out:
-            raise RuntimeError(f"the test suite timed out after {timeout:g} s on the clean code; pass a larger --timeout")
+            raise RuntimeError(
+                f"the test suite timed out after {timeout:g} s on the clean code; pass a larger --timeout"
+            )
         if not run.passed:
             raise RuntimeError(
                 f"no test passed on the clean code with `{validator.test_cmd}` (exit code {run.exit_code}); "
@@ -150,4 +164,13 @@ def baseline(validator: Validator, timeout: float, runs: int = 2) -> tuple[set[s
     return passed, slowest
 
 
-__all__ = ["DROP_REASONS", "LOG_FILE", "Outcome", "SuiteRun", "Validator", "baseline", "clean_task", "parse_log"]
+__all__ = [
+    "DROP_REASONS",
+    "LOG_FILE",
+    "Outcome",
+    "SuiteRun",
+    "Validator",
+    "baseline",
+    "clean_task",
+    "parse_log",
+]

@@ -47,7 +47,10 @@ class Box:
 
 
 def _edits(op: str) -> list[tuple[str, str, str]]:
-    return [(m.qualname, SAMPLE[m.start : m.end], m.replacement) for m in mutations_of("m.py", SAMPLE, [op])]
+    return [
+        (m.qualname, SAMPLE[m.start : m.end], m.replacement)
+        for m in mutations_of("m.py", SAMPLE, [op])
+    ]
 
 
 # ------------------------------------------------------------------------------ operators
@@ -84,9 +87,15 @@ def test_off_by_one_swap_return_constant_and_removal():
     assert ("clamp", "lo", "None") in _edits("wrong_return")
     assert ("Box.total", "0", "1") in _edits("change_constant")
     removed = [(q, old.strip(), new) for q, old, new in _edits("remove_statement")]
-    assert ("Box.total", "out += items[i] * 2", "            pass\n") in removed  # sole statement of the loop
+    assert (
+        "Box.total",
+        "out += items[i] * 2",
+        "            pass\n",
+    ) in removed  # sole statement of the loop
     assert ("Box.total", "out = int(out)", "            pass\n") in removed
-    assert not any('"""Doc."""' in old for _, old, _ in removed), "a docstring is not a statement to remove"
+    assert not any('"""Doc."""' in old for _, old, _ in removed), (
+        "a docstring is not a statement to remove"
+    )
     conditions = _edits("remove_condition")
     assert ("clamp", "x < lo", "True") in conditions
 
@@ -104,7 +113,14 @@ def test_unknown_operator_is_named():
 
 def test_test_files_are_not_mutated():
     assert is_mutable_file("pkg/mod.py")
-    for path in ("tests/test_mod.py", "pkg/tests/helpers.py", "test_x.py", "x_test.py", "conftest.py", "README.md"):
+    for path in (
+        "tests/test_mod.py",
+        "pkg/tests/helpers.py",
+        "test_x.py",
+        "x_test.py",
+        "conftest.py",
+        "README.md",
+    ):
         assert not is_mutable_file(path), path
     assert is_mutable_file("tests/helpers.py", include=["tests/*.py"])
 
@@ -127,11 +143,19 @@ FAILED tests/test_m.py::test_clamp - assert 5 == 3
 
 
 def test_issue_text_comes_from_the_failures_and_hides_edited_lines():
-    text = issue_text("synth/m", LOG, ["tests/test_m.py::test_clamp"], ["tests/test_m.py::test_other"])
+    text = issue_text(
+        "synth/m", LOG, ["tests/test_m.py::test_clamp"], ["tests/test_m.py::test_other"]
+    )
     assert "tests/test_m.py::test_clamp" in text and "assert 5 == 3" in text
     assert "where 5 = clamp(5, 0, 3)" in text
     # A message quoting an edited source line is left out.
-    hidden = issue_text("synth/m", LOG, ["tests/test_m.py::test_clamp"], [], forbidden=["    where 5 = clamp(5, 0, 3)"])
+    hidden = issue_text(
+        "synth/m",
+        LOG,
+        ["tests/test_m.py::test_clamp"],
+        [],
+        forbidden=["    where 5 = clamp(5, 0, 3)"],
+    )
     assert "clamp(5, 0, 3)" not in hidden
 
     seen = {}
@@ -141,7 +165,12 @@ def test_issue_text_comes_from_the_failures_and_hides_edited_lines():
         return "clamp() ignores the upper bound: where 5 = clamp(5, 0, 3)\nPlease fix."
 
     out = issue_text(
-        "synth/m", LOG, ["tests/test_m.py::test_clamp"], [], forbidden=["where 5 = clamp(5, 0, 3)"], rewrite=rewrite
+        "synth/m",
+        LOG,
+        ["tests/test_m.py::test_clamp"],
+        [],
+        forbidden=["where 5 = clamp(5, 0, 3)"],
+        rewrite=rewrite,
     )
     assert out == "Please fix.\n"
     assert seen["fail_to_pass"] == ["tests/test_m.py::test_clamp"]
@@ -206,7 +235,10 @@ def test_synthesized_rows_are_real_tasks(synthesized):
             if len(line) > 6:
                 assert line not in task.problem_statement, (task.instance_id, line)
         meta = task.meta
-        assert meta["file"] in task.code_files and meta["function"] == f"{meta['file']}::{meta['qualname']}"
+        assert (
+            meta["file"] in task.code_files
+            and meta["function"] == f"{meta['file']}::{meta['qualname']}"
+        )
         assert meta["f2p_count"] == len(task.FAIL_TO_PASS) and meta["lines_changed"] >= 1
 
 
@@ -217,7 +249,10 @@ def test_buggy_commit_does_not_show_the_fix_and_rerun_resumes(synthesized):
     for task in tasks:
         parents = subprocess.run(
             ["git", "rev-list", "--parents", "-n", "1", task.base_commit],
-            cwd=repo, capture_output=True, text=True, check=True,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
         assert parents == [task.base_commit], "the buggy commit's parent would show the mutation"
     before = cfg.out.read_text()
@@ -226,7 +261,7 @@ def test_buggy_commit_does_not_show_the_fix_and_rerun_resumes(synthesized):
     assert cfg.out.read_text() == before
 
 
-MODULE = '''\
+MODULE = """\
 def total(items):
     out = 0
     for x in items:
@@ -246,8 +281,8 @@ def untested(x):
 
 
 VALUE = total([1, 2])
-'''
-TESTS = '''\
+"""
+TESTS = """\
 from mod import VALUE, count_to, total
 
 
@@ -261,7 +296,7 @@ def test_count_to():
 
 def test_value():
     assert VALUE == 3
-'''
+"""
 
 
 @pytest.mark.slow
@@ -270,8 +305,13 @@ def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
     (src / "tests").mkdir(parents=True)
     (src / "mod.py").write_text(MODULE)
     (src / "tests" / "test_mod.py").write_text(TESTS)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
         subprocess.run(["git", *args], cwd=src, env=env, check=True)
     cfg = SynthConfig(
@@ -293,4 +333,7 @@ def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
     assert {t.meta["qualname"] for t in tasks} == {"total", "count_to"}
     by_func = {(t.meta["qualname"], t.meta["operator"]): t.FAIL_TO_PASS for t in tasks}
     assert by_func[("count_to", "wrong_return")] == ["tests/test_mod.py::test_count_to"]
-    assert by_func[("total", "wrong_return")] == ["tests/test_mod.py::test_total", "tests/test_mod.py::test_value"]
+    assert by_func[("total", "wrong_return")] == [
+        "tests/test_mod.py::test_total",
+        "tests/test_mod.py::test_value",
+    ]

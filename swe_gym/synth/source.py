@@ -1,0 +1,67 @@
+"""Source text and edits: a mutation as a character span of one file, and ``ast`` positions
+(UTF-8 byte columns) converted to character offsets."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["Mutation", "SourceFile"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    path: str  # repository-relative, posix
+    operator: str
+    qualname: str  # function the edit lands in, e.g. "Table.render.<locals>.cell"
+    start: int  # character offsets into the original text
+    end: int
+    replacement: str
+    lineno: int  # 1-based first line of the edit (for metadata, never for the issue text)
+
+    def apply(self, text: str) -> str:
+        return text[: self.start] + self.replacement + text[self.end :]
+
+    def key(self, text: str) -> str:
+        """Identity of the resulting program: two operators producing the same file are one bug."""
+        return hashlib.sha256(f"{self.path}\0{self.apply(text)}".encode()).hexdigest()[:16]
+
+
+class SourceFile:
+    """A file's text with conversions from ``ast`` positions (UTF-8 byte columns) to offsets."""
+
+    def __init__(self, path: str, text: str):
+        self.path, self.text = path, text
+        self.lines = text.splitlines(keepends=True)
+        self._starts = [0]
+        for line in self.lines:
+            self._starts.append(self._starts[-1] + len(line))
+
+    def offset(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self._starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.offset(node.lineno, node.col_offset), self.offset(
+            node.end_lineno, node.end_col_offset
+        )
+
+    def seg(self, node: ast.AST) -> str:
+        s, e = self.span(node)
+        return self.text[s:e]
+
+    def line_span(self, first: int, last: int) -> tuple[int, int]:
+        """Offsets covering whole lines ``first..last`` (1-based, inclusive)."""
+        return self._starts[first - 1], self._starts[last]
+
+    def owns_lines(self, node: ast.stmt) -> bool:
+        """The statement alone occupies its lines (no ``a; b``, nothing after it)."""
+        first, last = self.lines[node.lineno - 1], self.lines[node.end_lineno - 1]
+        before = first.encode()[: node.col_offset].decode("utf-8", "replace")
+        after = last.encode()[node.end_col_offset :].decode("utf-8", "replace").strip()
+        return not before.strip() and (not after or after.startswith("#"))
+
+    def indent(self, lineno: int) -> str:
+        line = self.lines[lineno - 1]
+        return line[: len(line) - len(line.lstrip())]
