@@ -10,12 +10,27 @@ skipped P2P test is not a regression; an empty status map with no sign that the 
 invalid run, as is a non-zero exit with no failure reported. Resolved iff every F2P and every
 P2P test passes (``ResolvedStatus.FULL``).
 
-Grading in a fresh sandbox means the agent's edits to test files, installed packages or stray
-processes cannot change the verdict: only its diff crosses over.
+Grading in a fresh sandbox means the agent's installed packages or stray processes cannot
+change the verdict: only its diff crosses over. Of that diff, every change to test
+infrastructure (conftest files, test configuration, the task's test files, ...) is reverted
+before the test patch is applied; the rule is in ``swe_gym.testinfra`` and the reverted paths
+are ``GradingReport.dropped``. A patch touching ``.git`` is refused.
+
+The test log is written to a file in the grading sandbox and read back whole (up to
+``LOG_LIMIT`` bytes; past it the head and tail are kept and ``log_truncated`` is set), so
+parsing never sees the agent's 16,000-character observation cap. ``parsed`` counts the statuses
+found; ``missing`` names expected tests absent from the log (they count as failed).
+
+Grading never raises for what the patch does: any error becomes a report with reason
+``grading_error`` and the message in ``detail``; the sandbox is always closed. Reasons:
+``model_patch_failed``, ``test_patch_failed``, ``tests_timed_out``, ``suite_did_not_run``,
+``tests_failed``, ``no_fail_to_pass`` (the task lists no FAIL_TO_PASS test: never resolved),
+``grading_error``.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import tempfile
 import time
@@ -34,12 +49,17 @@ from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_r
 from swebench.harness.log_parsers import PARSER_REGISTRY
 from swebench.types import TestSpec
 
-from swe_gym.errors import unknown_choice
+from swe_gym.errors import SandboxUnavailable, unknown_choice
 from swe_gym.sandbox import Sandbox, make_sandbox
 from swe_gym.tasks import Task
+from swe_gym.testinfra import WORK_DIR, git_path_in_patch, restore, revert_test_infra, start_watch
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TEST_TIMEOUT = 900.0
-_PATCH_DIR = ".swe_gym_grading"  # inside the grading sandbox's workdir; removed before tests run
+LOG_LIMIT = 64 * 2**20  # bytes of test log read back; past it the middle is cut
+_PATCH_DIR = WORK_DIR  # inside the grading sandbox's workdir; removed before tests run
+_LOG = f"{WORK_DIR}/test.log"
 
 # SWE-bench rows carry no install spec (it lives in the harness by repo); these are the parsers
 # and test commands the SWE-bench harness uses for the SWE-bench Verified repositories.
@@ -70,8 +90,10 @@ class GradingReport:
 
     instance_id: str
     resolved: bool
-    reason: str | None  # model_patch_failed | test_patch_failed | tests_timed_out | suite_did_not_run | tests_failed
-    status: dict[str, str] = field(default_factory=dict)  # test id -> PASSED/FAILED/ERROR/SKIPPED/XFAIL
+    reason: str | None  # see the module doc
+    status: dict[str, str] = field(
+        default_factory=dict
+    )  # test id -> PASSED/FAILED/ERROR/SKIPPED/XFAIL
     f2p_pass: float = 0.0
     p2p_pass: float = 0.0
     f2p_failed: list[str] = field(default_factory=list)
@@ -80,6 +102,11 @@ class GradingReport:
     exit_code: int | None = None
     duration_s: float = 0.0
     log_tail: str = ""
+    parsed: int = 0  # test statuses parsed from the complete log
+    missing: list[str] = field(default_factory=list)  # expected tests absent from the log
+    dropped: list[str] = field(default_factory=list)  # test-infrastructure paths reverted
+    log_truncated: bool = False  # the log passed LOG_LIMIT and its middle was cut
+    detail: str = ""  # why, for model_patch_failed (.git) and grading_error
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +135,13 @@ def _env_prefix(task: Task) -> str:
     return "".join(f"export {k}={shlex.quote(str(v))}; " for k, v in env.items())
 
 
-def apply_patch(sandbox: Sandbox, patch: str, name: str = "model") -> tuple[str | None, str]:
-    """Apply ``patch`` in the sandbox with the harness's fallbacks. Returns (method, log)."""
+def apply_patch(
+    sandbox: Sandbox, patch: str, name: str = "model", base_commit: str | None = None
+) -> tuple[str | None, str]:
+    """Apply ``patch`` in the sandbox with the harness's fallbacks. Returns (method, log).
+
+    A failed try is undone before the next: the whole tree is reset, or with ``base_commit``
+    only the patch's own files (so a test patch does not wipe the model patch)."""
     if not patch.strip():
         return "empty", ""
     if not patch.endswith("\n"):
@@ -127,11 +159,31 @@ def apply_patch(sandbox: Sandbox, patch: str, name: str = "model") -> tuple[str 
         if res.exit_code == 0:
             return method, "\n".join(logs)
         # A failed --reject leaves partial hunks and .rej files: start the next try clean.
-        sandbox.run(
-            f"cd {shlex.quote(sandbox.workdir)} && git checkout -q -- . && git clean -fdq -e {_PATCH_DIR}",
-            timeout=60,
-        )
+        if base_commit is None:
+            sandbox.run(
+                f"cd {shlex.quote(sandbox.workdir)} && git checkout -q -- . && git clean -fdq -e {_PATCH_DIR}",
+                timeout=60,
+            )
+        else:
+            _reset_paths(sandbox, base_commit, patch_paths(patch))
     return None, "\n".join(logs)
+
+
+def patch_paths(patch: str) -> list[str]:
+    from swe_gym.tasks import patch_files
+
+    files = patch_files(patch)
+    return files + [f + suffix for f in files for suffix in (".rej", ".orig")]
+
+
+def _reset_paths(sandbox: Sandbox, base_commit: str, paths: list[str]) -> None:
+    q = " ".join(shlex.quote(p) for p in paths)
+    res = sandbox.run(
+        f'cd {shlex.quote(sandbox.workdir)} && for p in {q}; do git cat-file -e {base_commit}:"$p" '
+        "2>/dev/null && printf '%s\\n' \"$p\"; done",
+        timeout=60,
+    )
+    restore(sandbox, base_commit, paths, set(res.output.splitlines()))
 
 
 def restore_test_files(sandbox: Sandbox, task: Task) -> None:
@@ -151,18 +203,40 @@ class TestRun:
     timed_out: bool
     exit_code: int | None
     log: str
+    truncated: bool = False  # the log passed LOG_LIMIT and its middle was cut
 
 
-def run_tests(sandbox: Sandbox, task: Task, timeout: float = DEFAULT_TEST_TIMEOUT) -> TestRun:
-    """Run the task's test command in ``sandbox`` (test patch already applied) and parse the log."""
+def _read_log(sandbox: Sandbox, limit: int) -> tuple[str, bool]:
+    """The test log file, whole up to ``limit`` bytes (head and tail past it, the cut said)."""
+    half = limit // 2
+    res = sandbox.run(
+        f'cd {shlex.quote(sandbox.workdir)} && s=$(stat -c %s {_LOG}) && if [ "$s" -gt {limit} ]; then '
+        f"{{ head -c {half} {_LOG}; printf '\\n<log truncated: %s bytes, middle cut>\\n' \"$s\"; "
+        f"tail -c {half} {_LOG}; }} > {_LOG}.cut && mv {_LOG}.cut {_LOG} && echo CUT; fi",
+        timeout=120,
+    )
+    try:
+        raw = sandbox.read_file(_LOG)
+    except FileNotFoundError:
+        return "", False
+    return raw.decode("utf-8", "replace"), "CUT" in res.output
+
+
+def run_tests(
+    sandbox: Sandbox, task: Task, timeout: float = DEFAULT_TEST_TIMEOUT, log_limit: int = LOG_LIMIT
+) -> TestRun:
+    """Run the task's test command in ``sandbox`` (test patch already applied) and parse its
+    complete log, written to a file in the sandbox (never through the output cap)."""
     cmd = (
-        f"cd {shlex.quote(sandbox.workdir)} && {_env_prefix(task)}"
+        f"cd {shlex.quote(sandbox.workdir)} && mkdir -p {WORK_DIR} && {{ {_env_prefix(task)}"
         f"echo '{START_TEST_OUTPUT}'; {test_command(task)}; __swe_rc=$?; "
-        f"echo '{END_TEST_OUTPUT}'; echo '{TEST_EXIT_CODE}: '$__swe_rc"
+        f"echo '{END_TEST_OUTPUT}'; echo '{TEST_EXIT_CODE}: '$__swe_rc; }} > {_LOG} 2>&1 < /dev/null; "
+        f"tail -n 1 {_LOG}"
     )
     res = sandbox.run(cmd, timeout=timeout)
+    text, truncated = _read_log(sandbox, log_limit)
     if res.timed_out:
-        return TestRun({}, False, True, None, res.output)
+        return TestRun({}, False, True, None, text, truncated)
     spec = TestSpec(
         instance_id=task.instance_id,
         image="",
@@ -175,47 +249,85 @@ def run_tests(sandbox: Sandbox, task: Task, timeout: float = DEFAULT_TEST_TIMEOU
     )
     # get_logs_eval reads a file: keep the harness's own checks rather than re-implementing them.
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:
-        f.write(res.output)
+        f.write(text)
         f.flush()
         status, valid = get_logs_eval(spec, f.name)
-    return TestRun(status, valid, False, res.exit_code, res.output)
+    code = res.output.strip().rpartition(": ")[2]
+    return TestRun(status, valid, False, int(code) if code.isdigit() else None, text, truncated)
 
 
-def grade_in_sandbox(sandbox: Sandbox, task: Task, patch: str, timeout: float = DEFAULT_TEST_TIMEOUT) -> GradingReport:
-    """Grade ``patch`` in a started sandbox that holds a clean copy at ``base_commit``."""
+def grade_in_sandbox(
+    sandbox: Sandbox, task: Task, patch: str, timeout: float = DEFAULT_TEST_TIMEOUT
+) -> GradingReport:
+    """Grade ``patch`` in a started sandbox that holds a clean copy at ``base_commit``.
+    Never raises: an error becomes reason ``grading_error``."""
     t0 = time.monotonic()
     report = GradingReport(task.instance_id, resolved=False, reason=None)
-    method, log = apply_patch(sandbox, patch, "model")
+    try:
+        _grade(sandbox, task, patch, timeout, report)
+    except Exception as e:  # whatever the patch made happen, the verdict is a report
+        log.warning("grading %s failed: %s", task.instance_id, e, exc_info=True)
+        report.resolved, report.reason = False, "grading_error"
+        report.detail = f"{type(e).__name__}: {e}"[:4000]
+    report.duration_s = time.monotonic() - t0
+    return report
+
+
+def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: GradingReport) -> None:
+    bad = git_path_in_patch(patch)
+    if bad is not None:
+        report.reason, report.detail = (
+            "model_patch_failed",
+            f"the patch touches a .git path: {bad!r}",
+        )
+        _finish(report, task, {})
+        return
+    start_watch(sandbox)
+    method, applied = apply_patch(sandbox, patch, "model")
     report.patch_applied_with = method
     if method is None:
-        report.reason, report.log_tail = "model_patch_failed", log[-4000:]
-        report.duration_s = time.monotonic() - t0
-        return _finish(report, task, {})
+        report.reason, report.log_tail = "model_patch_failed", applied[-4000:]
+        _finish(report, task, {})
+        return
+    report.dropped = revert_test_infra(sandbox, task.base_commit, task.test_files)
     restore_test_files(sandbox, task)
-    test_method, test_log = apply_patch(sandbox, task.test_patch, "test")
+    test_method, test_log = apply_patch(sandbox, task.test_patch, "test", task.base_commit)
     sandbox.run(f"rm -rf {shlex.quote(sandbox.workdir)}/{_PATCH_DIR}", timeout=30)
     if test_method is None:
         report.reason, report.log_tail = "test_patch_failed", test_log[-4000:]
-        report.duration_s = time.monotonic() - t0
-        return _finish(report, task, {})
+        _finish(report, task, {})
+        return
     run = run_tests(sandbox, task, timeout)
-    report.exit_code, report.log_tail = run.exit_code, run.log[-4000:]
-    report.duration_s = time.monotonic() - t0
+    report.exit_code, report.log_tail, report.log_truncated = (
+        run.exit_code,
+        run.log[-4000:],
+        run.truncated,
+    )
     if run.timed_out:
         report.reason = "tests_timed_out"
     elif not run.valid:
         report.reason = "suite_did_not_run"
-    return _finish(report, task, run.status)
+    _finish(report, task, run.status, ran=not run.timed_out)
 
 
-def _finish(report: GradingReport, task: Task, status: dict[str, str]) -> GradingReport:
-    report.status = status
-    tests = get_eval_tests_report(status, {FAIL_TO_PASS: task.FAIL_TO_PASS, PASS_TO_PASS: task.PASS_TO_PASS})
+def _finish(
+    report: GradingReport, task: Task, status: dict[str, str], ran: bool = False
+) -> GradingReport:
+    report.status, report.parsed = status, len(status)
+    if ran:
+        report.missing = [t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if t not in status]
+    if not task.FAIL_TO_PASS and report.reason is None:
+        report.reason = "no_fail_to_pass"  # the swebench rule would count it resolved
+    tests = get_eval_tests_report(
+        status, {FAIL_TO_PASS: task.FAIL_TO_PASS, PASS_TO_PASS: task.PASS_TO_PASS}
+    )
     f2p, p2p = tests[FAIL_TO_PASS], tests[PASS_TO_PASS]
     report.f2p_failed = [t for t in task.FAIL_TO_PASS if t not in f2p["success"]]
     report.p2p_failed = [t for t in task.PASS_TO_PASS if t not in p2p["success"]]
     report.f2p_pass = 1 - len(report.f2p_failed) / max(1, len(task.FAIL_TO_PASS))
-    report.p2p_pass = 1 - len(report.p2p_failed) / max(1, len(task.PASS_TO_PASS)) if task.PASS_TO_PASS else 1.0
+    report.p2p_pass = (
+        1 - len(report.p2p_failed) / max(1, len(task.PASS_TO_PASS)) if task.PASS_TO_PASS else 1.0
+    )
     if report.reason is None:
         full = (
             not report.f2p_failed
@@ -235,10 +347,34 @@ def grade_patch(
     sandbox_options: dict[str, Any] | None = None,
     timeout: float = DEFAULT_TEST_TIMEOUT,
 ) -> GradingReport:
-    """Grade ``patch`` for ``task`` in a fresh sandbox; the sandbox is always closed."""
-    sandbox = make_sandbox(task, backend, **(sandbox_options or {}))
+    """Grade ``patch`` for ``task`` in a fresh sandbox; the sandbox is always closed.
+
+    Raises only ``SandboxUnavailable`` (the backend is missing: a setup problem); every other
+    failure, starting the sandbox included, is a report with reason ``grading_error``."""
+    t0 = time.monotonic()
+    sandbox = None
     try:
+        sandbox = make_sandbox(task, backend, **(sandbox_options or {}))
         sandbox.start()
+    except SandboxUnavailable:
+        _close(sandbox)
+        raise
+    except Exception as e:
+        _close(sandbox)
+        report = GradingReport(task.instance_id, resolved=False, reason="grading_error")
+        report.detail = f"the grading sandbox did not start: {type(e).__name__}: {e}"[:4000]
+        report.duration_s = time.monotonic() - t0
+        return report
+    try:
         return grade_in_sandbox(sandbox, task, patch, timeout)
     finally:
+        _close(sandbox)
+
+
+def _close(sandbox: Sandbox | None) -> None:
+    if sandbox is None:
+        return
+    try:
         sandbox.close()
+    except Exception as e:  # a verdict is already made; a leak is logged, not raised
+        log.warning("closing the grading sandbox failed: %s", e)
