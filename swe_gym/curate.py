@@ -43,9 +43,17 @@ def _parser() -> argparse.ArgumentParser:
         "--max-changed-lines", type=int, default=2000, help="drop PRs changing more non-test lines"
     )
     p.add_argument(
-        "--validate", choices=VALIDATE_BACKENDS, help="run tests before/after to derive F2P/P2P"
+        "--validate",
+        choices=VALIDATE_BACKENDS,
+        help="run tests before/after (fresh sandboxes, local: clones from --repos) to derive "
+        "FAIL_TO_PASS/PASS_TO_PASS; rows with none are dropped",
     )
-    p.add_argument("--install-configs", help="JSON file: {repo: install_config} for --validate")
+    p.add_argument(
+        "--install-configs",
+        help='JSON file {"owner/name": install_config} for --validate; its test_cmd (default '
+        '"pytest -rA", followed by the test patch\'s files), log_parser (default '
+        "parse_log_pytest), env_vars; Docker also reads python and pip_packages",
+    )
     p.add_argument("--selector", default="bm25", help="relevant-file selector: bm25 | none")
     p.add_argument("--max-relevant-files", type=int, default=3)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bars")

@@ -3,7 +3,24 @@
 ``load_tasks(source)`` accepts a hub dataset id (through ``datasets``), a local JSONL / JSON /
 parquet file, a list of dicts or of ``Task``; it returns ``list[Task]``. FAIL_TO_PASS and
 PASS_TO_PASS are always lists, whether the source stored JSON strings (SWE-bench) or lists
-(SWE-rebench). A bad row raises ``TaskError`` naming the row's id and the field.
+(SWE-rebench). A bad row raises ``TaskError`` naming the row's id and the field; a row with
+an empty FAIL_TO_PASS is refused (dict or ``Task`` alike) unless ``require_tests=False``.
+
+Minimal row for a pure-pytest repository (a local JSONL line; clones are found as
+``<repos_dir>/<owner>__<name>``, see ``swe_gym.repos``)::
+
+    {"instance_id": "me__calc-1", "repo": "me/calc", "base_commit": "<40-hex sha>",
+     "problem_statement": "add(2, 2) returns 0", "patch": "<gold diff>",
+     "test_patch": "<diff adding/changing tests>",
+     "FAIL_TO_PASS": ["tests/test_calc.py::test_add"], "PASS_TO_PASS": []}
+
+Required: ``instance_id``, ``repo``, ``base_commit``, ``problem_statement``, ``patch``,
+``test_patch`` (strings) and a non-empty ``FAIL_TO_PASS`` (a list, or a JSON string of one).
+Defaults: ``PASS_TO_PASS`` empty; ``install_config`` absent means ``test_cmd`` ``pytest -rA``
+(followed by the test patch's files) and ``log_parser`` ``parse_log_pytest``; set
+``install_config.env_vars`` for variables; the Docker backend also needs ``install_config``'s
+``python`` / ``pip_packages`` (or ``image_name``) to build an image. Test ids are pytest's
+node ids as ``-rA`` prints them, relative to the repository root.
 """
 
 from __future__ import annotations
@@ -17,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swe_gym.errors import TaskError
+from swe_gym.errors import SWEGymError, TaskError
 
 REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
@@ -90,13 +107,17 @@ def _as_list(value: Any, iid: str, name: str) -> list[str]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise TaskError(iid, name, f"is a string but not a JSON list ({e.msg}): {text[:80]!r}") from None
+            raise TaskError(
+                iid, name, f"is a string but not a JSON list ({e.msg}): {text[:80]!r}"
+            ) from None
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
         raise TaskError(iid, name, f"must be a list of test ids, got {type(value).__name__}")
     out = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise TaskError(iid, name, f"item {i} must be a string test id, got {type(item).__name__}")
+            raise TaskError(
+                iid, name, f"item {i} must be a string test id, got {type(item).__name__}"
+            )
         out.append(item)
     return out
 
@@ -121,6 +142,10 @@ def normalise_row(row: Mapping[str, Any], *, require_tests: bool = True) -> Task
     not execution-validated; they can be rewarded by similarity but not graded by tests).
     """
     if isinstance(row, Task):
+        if require_tests and not row.FAIL_TO_PASS:
+            raise TaskError(
+                row.instance_id, "FAIL_TO_PASS", "is empty: a task needs at least one failing test"
+            )
         return row
     if not isinstance(row, Mapping):
         raise TaskError(None, "<row>", f"must be a mapping, got {type(row).__name__}")
@@ -176,7 +201,9 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise TaskError(None, "<row>", f"{path}:{lineno} is not valid JSON ({e.msg})") from None
+                    raise TaskError(
+                        None, "<row>", f"{path}:{lineno} is not valid JSON ({e.msg})"
+                    ) from None
         return rows
     if suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -187,7 +214,9 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    raise ValueError(f"unknown task file type {suffix!r} for {path}; accepted: .jsonl, .json, .parquet")
+    raise ValueError(
+        f"unknown task file type {suffix!r} for {path}; accepted: .jsonl, .json, .parquet"
+    )
 
 
 def load_tasks(
@@ -208,25 +237,7 @@ def load_tasks(
         require_tests: reject rows with an empty FAIL_TO_PASS (see ``normalise_row``).
     """
     norm = functools.partial(normalise_row, require_tests=require_tests)
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if str(source) == "starter":
-            from swe_gym.starter import starter_tasks
-
-            tasks = starter_tasks()
-        elif path.is_dir():  # a dataset folder in the hub's layout (e.g. a local snapshot)
-            tasks = [norm(r) for r in _load_hub(str(path), split)]
-        elif path.exists():
-            tasks = [norm(r) for r in _read_file(path)]
-        elif isinstance(source, str) and "/" in source and not source.startswith((".", "/")):
-            tasks = [norm(r) for r in _load_hub(source, split)]
-        else:
-            raise FileNotFoundError(
-                f"task source {str(source)!r} is neither an existing file nor a hub dataset id "
-                "(owner/name); accepted: a .jsonl/.json/.parquet path, a hub id, 'starter', or a list of rows"
-            )
-    else:
-        tasks = [norm(r) for r in source]
+    tasks = [norm(r) for r in load_rows(source, split=split)]
     seen: set[str] = set()
     for t in tasks:
         if t.instance_id in seen:
@@ -236,13 +247,72 @@ def load_tasks(
         wanted = list(instance_ids)
         missing = [i for i in wanted if i not in seen]
         if missing:
-            raise KeyError(f"unknown instance_id(s) {missing[:5]}; the source has {len(seen)} tasks")
+            raise KeyError(
+                f"unknown instance_id(s) {missing[:5]}; the source has {len(seen)} tasks"
+            )
         keep = set(wanted)
         tasks = [t for t in tasks if t.instance_id in keep]
     return tasks
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _load_hub(dataset_id: str, split: str) -> Iterable[Mapping[str, Any]]:
     import datasets
+    import datasets.config
+    from huggingface_hub import constants
 
-    return datasets.load_dataset(dataset_id, split=split)
+    hint = (
+        f"could not load the hub dataset {dataset_id!r} (split {split!r}): {{e}}. Without network, "
+        "pass tasks= a local .jsonl/.json/.parquet file (or a list of rows) in the same schema; "
+        "see swe_gym.tasks for the minimal row"
+    )
+    offline = Path(dataset_id).is_dir() or constants.HF_HUB_OFFLINE or not _hub_reachable()
+    # Unreachable: load from the local cache only (the online path retries for ~25 s first).
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    if offline:
+        constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        return datasets.load_dataset(dataset_id, split=split)
+    except (ConnectionError, OSError) as e:
+        raise TaskSourceError(hint.format(e=e)) from e
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
+class TaskSourceError(SWEGymError, ConnectionError):
+    """A task source could not be read (e.g. a hub id without network)."""
+
+
+def load_rows(source: TaskSource, *, split: str = "test") -> list[Any]:
+    """The raw rows of ``source`` (dicts or ``Task``), not normalised: for tools that judge each
+    row on its own (``python -m swe_gym.validate``)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if str(source) == "starter":
+            from swe_gym.starter import starter_tasks
+
+            return list(starter_tasks())
+        if path.is_dir():
+            return list(_load_hub(str(path), split))
+        if path.exists():
+            return _read_file(path)
+        if isinstance(source, str) and "/" in source and not source.startswith((".", "/")):
+            return list(_load_hub(source, split))
+        raise FileNotFoundError(
+            f"task source {str(source)!r} is neither an existing file nor a hub dataset id "
+            "(owner/name); accepted: a .jsonl/.json/.parquet path, a hub id, 'starter', or a list of rows"
+        )
+    return list(source)

@@ -1,11 +1,14 @@
 """Execution validation of curated rows (the SWE-rebench rule for FAIL_TO_PASS/PASS_TO_PASS).
 
-For a row with a test patch and an install recipe (``install_config.test_cmd``): run the tests
+For a row with a test patch: run the tests
 at ``base_commit`` with only the test patch applied ("before"), then in a fresh sandbox with
 the code patch and the test patch ("after"), each parsed by the row's log parser
 (``swe_gym.grading.run_tests``). FAIL_TO_PASS = tests that do not pass before and pass after;
 PASS_TO_PASS = tests that pass in both runs (PASSED or XFAIL count as passing). A row is valid
-only if both runs ran and FAIL_TO_PASS is not empty.
+only if both runs ran and FAIL_TO_PASS is not empty. The test command is the row's
+``install_config.test_cmd`` (from ``--install-configs``), by default grading's
+``pytest -rA`` followed by the test patch's files; the log is read whole from a file
+(``swe_gym.grading.run_tests``), never through the agent's output cap.
 """
 
 from __future__ import annotations
@@ -55,7 +58,10 @@ def _run(
     try:
         sandbox.start()
         for name, patch in patches:
-            method, log = apply_patch(sandbox, patch, name)
+            # the test patch's failed tries undo only its own files, not the code patch
+            method, log = apply_patch(
+                sandbox, patch, name, task.base_commit if name == "test" else None
+            )
             if method is None:
                 return f"{name}_patch_failed", log[-2000:]
         return run_tests(sandbox, task, timeout)
@@ -72,13 +78,6 @@ def validate_row(
     """``{"ok", "reason", "FAIL_TO_PASS", "PASS_TO_PASS", "before", "after"}`` for one row."""
     if not row.get("test_patch"):
         return {"ok": False, "reason": "no_test_patch"}
-    cfg = row.get("install_config") or {}
-    if not cfg.get("test_cmd"):
-        return {
-            "ok": False,
-            "reason": "no_install_recipe",
-            "detail": "install_config.test_cmd is missing",
-        }
     task = row_task(row)
     opts = sandbox_options or {}
     runs = {}
