@@ -22,6 +22,7 @@ and retried on transient daemon errors.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -30,6 +31,7 @@ import tarfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from swe_gym.docker_daemon import get_client, host_of, is_connection_error, unavailable
@@ -421,29 +423,47 @@ class DockerSandbox:
         except Exception as e:
             raise self._container_gone(e) from None
 
-    def read_file(self, path: str) -> bytes:
-        """The bytes of ``path`` (relative to ``workdir`` unless absolute); FileNotFoundError if absent."""
-        import docker.errors
-
-        p = self._resolve(path)
+    @contextlib.contextmanager
+    def _file_errors(self, path: str, verb: str) -> Iterator[None]:
+        """The editor's error types for what the daemon says about a path. The archive API
+        resolves paths in the container's root (never the host's), but a command racing the
+        call (a symlink swapped in a loop) makes it fail in many ways; none may pass as the
+        container being gone, and the daemon's messages (which name host paths) stay out."""
         try:
-            stream, stat = self.client.api.get_archive(self.container.id, p)
-            data = b"".join(stream)
-        except docker.errors.NotFound as e:
-            if "no such container" in str(e).lower():
-                raise self._container_gone(e) from None
-            raise FileNotFoundError(f"{path} does not exist in the sandbox ({p})") from None
+            yield
+        except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise
+        except SandboxError:
+            raise
         except Exception as e:
+            import docker.errors
+
+            if isinstance(e, docker.errors.NotFound) and "no such container" not in str(e).lower():
+                raise FileNotFoundError(f"{path} does not exist in the sandbox") from None
+            if not is_connection_error(e) and self._running():
+                raise OSError(
+                    f"cannot {verb} {path!r} in the sandbox: a file, a dangling symlink or a "
+                    "special file is on the way, or it changed meanwhile"
+                ) from None
             raise self._container_gone(e) from None
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = tar.next()
-            if member is None or not member.isfile():
-                kind = (
-                    "a directory" if member is not None and member.isdir() else "not a regular file"
-                )
-                raise IsADirectoryError(f"{p} is {kind}")
-            f = tar.extractfile(member)
-            return f.read() if f else b""
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to ``workdir`` unless absolute); ValueError outside
+        it, FileNotFoundError, IsADirectoryError (also for non-files), OSError otherwise."""
+        p = self._resolve(path)
+        with self._file_errors(path, "read"):
+            st = self._stat(p)
+            if st and st.get("mode", 0) & (1 << 31):  # Go's os.ModeDir: never tar a whole tree
+                raise IsADirectoryError(f"{p} is a directory")
+            stream, _ = self.client.api.get_archive(self.container.id, p)
+            data = b"".join(stream)
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                member = tar.next()
+                if member is None or not member.isfile():
+                    kind = "a directory" if member and member.isdir() else "not a regular file"
+                    raise IsADirectoryError(f"{p} is {kind}")
+                f = tar.extractfile(member)
+                return f.read() if f else b""
 
     def _stat(self, p: str) -> dict[str, Any] | None:
         res = self.client.api.head(
@@ -456,10 +476,12 @@ class DockerSandbox:
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write ``path`` (parents created; an existing file keeps its mode)."""
+        import docker.errors
+
         p = self._resolve(path)
         raw = data.encode() if isinstance(data, str) else bytes(data)
         parent, name = posixpath.split(p)
-        try:
+        with self._file_errors(path, "write"):
             st = self._stat(p)
             mode = (st["mode"] & 0o7777) if st and st.get("mode") is not None else 0o644
             buf = io.BytesIO()
@@ -469,23 +491,21 @@ class DockerSandbox:
                 info.mode = mode
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(raw))
-            ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
+            try:
+                ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
+            except docker.errors.NotFound as e:
+                if "no such container" in str(e).lower() or not self._mkdir(parent):
+                    raise
+                ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
             if not ok:
-                raise SandboxError(f"writing {p} failed")
-        except Exception as e:
-            import docker.errors
+                raise OSError(f"writing {p} failed")
 
-            gone = "no such container" in str(e).lower()
-            if isinstance(e, docker.errors.NotFound) and not gone:
-                if not self._mkdir(parent):
-                    raise FileNotFoundError(
-                        f"cannot create the parent directory of {path!r} in the sandbox ({parent})"
-                    ) from None
-                self.client.api.put_archive(self.container.id, parent, buf.getvalue())
-                return
-            if isinstance(e, SandboxError):
-                raise
-            raise self._container_gone(e) from None
+    def _running(self) -> bool:
+        try:
+            self.container.reload()
+            return bool(self.container.attrs.get("State", {}).get("Running"))
+        except Exception:
+            return False
 
     def _mkdir(self, path: str) -> bool:
         try:

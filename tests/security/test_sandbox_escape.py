@@ -158,7 +158,7 @@ while True:
 """
 
 
-def test_editor_race_cannot_reach_host_files(make_sb, tmp_path):
+def test_editor_race_cannot_reach_host_files(make_sb, backend, tmp_path):
     secret_dir = tmp_path / "host"
     secret_dir.mkdir()
     (secret_dir / "f").write_text("HOST SECRET\n")
@@ -168,33 +168,40 @@ def test_editor_race_cannot_reach_host_files(make_sb, tmp_path):
     r = sb.run(f"python3 swap.py {secret_dir} >/dev/null 2>&1 & sleep 0.5; ls -l l d | head -2")
     assert r.exit_code == 0, r.output
     seen: set[bytes] = set()
-    errors: set[str] = set()
-    for i in range(300):
+    errors: list[BaseException] = []
+    for i in range(300 if backend == "local" else 60):  # Docker: several API calls each
         try:
             seen.add(sb.read_file("d/f"))
-        except (ValueError, FileNotFoundError, OSError) as e:
-            errors.add(type(e).__name__)
+        except Exception as e:
+            errors.append(e)
         try:
             sb.write_file(f"d/planted{i % 3}", "x")
-        except (ValueError, FileNotFoundError, OSError) as e:
-            errors.add(type(e).__name__)
-    sb.run("kill %1")
+        except Exception as e:
+            errors.append(e)
+    sb.run("kill %1; wait")
     assert b"HOST SECRET\n" not in seen
     assert sorted(p.name for p in secret_dir.iterdir()) == ["f"]  # nothing planted on the host
-    assert seen <= {b"innocent\n"} and errors <= {"ValueError", "FileNotFoundError"}
+    assert seen <= {b"innocent\n"}
+    # Refusals are the editor's usual errors (outside the workspace, missing, not a file),
+    # never "the sandbox failed".
+    odd = [e for e in errors if not isinstance(e, (ValueError, OSError))]
+    assert not odd, odd[:3]
+    assert sb.run("echo alive").output.endswith("alive\n")
 
 
 def test_fifo_and_links_out_are_refused_without_hanging(make_sb):
     sb = make_sb()
     sb.run("mkfifo pipe; ln -s /etc/passwd out; ln -s ../../../../etc dirout; ln -s out loop1")
-    for path, err in [
-        ("pipe", IsADirectoryError),
-        ("out", ValueError),
-        ("dirout/passwd", ValueError),
-    ]:
-        with pytest.raises(err):
+    with pytest.raises(IsADirectoryError, match="not a regular file"):
+        sb.read_file("pipe")
+    try:  # no hang: refused (local) or the FIFO replaced by a file (Docker's archive API)
+        sb.write_file("pipe", "x")
+    except IsADirectoryError:
+        pass
+    for path in ["out", "dirout/passwd"]:
+        with pytest.raises(ValueError, match="outside the workspace"):
             sb.read_file(path)
-        with pytest.raises(err):
+        with pytest.raises(ValueError, match="outside the workspace"):
             sb.write_file(path, "x")
 
 
@@ -264,7 +271,7 @@ def test_no_privilege_can_be_gained(make_sb, backend):
 def test_only_the_working_copy_and_tmp_are_writable(make_sb, backend):
     sb = make_sb()
     r = sb.run(
-        "for d in / /etc /usr /usr/local /var /root /home /opt /srv /dev "
+        "for d in / /etc /usr /usr/local /var /root /home /opt /srv /dev /testbed /tmp "
         "$(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
         '[ -d "$d" ] && touch "$d/.probe" 2>/dev/null && echo "$d" && rm -f "$d/.probe"; '
         "done | sort -u"
