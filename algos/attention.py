@@ -17,6 +17,11 @@ While :func:`packed_forward` is active, the causal-mask builder of ``packed_sdpa
 (the boundaries replace the mask), so no ``[L, L]`` mask is allocated for a packed row. The
 mask is built once per forward at the model level, before any layer, so the recomputation
 does not need it.
+
+On CUDA with bf16/fp16 activations, a packed row runs on torch's varlen flash/cuDNN kernel
+(``torch.nn.attention.varlen``) when this torch has it: one kernel per layer for the whole row,
+with the boundaries (``cu_seq_lens_q`` on the device, ``max_length_q`` a host int) computed
+once per micro-batch by :func:`packed_kwargs`, so no layer waits on the host.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def packed_sdpa_forward(
     dropout: float = 0.0,
     scaling: float | None = None,
     cu_seq_lens_q: torch.Tensor | None = None,
+    max_length_q: int | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers ``AttentionInterface`` signature. query ``[1, H, L, D]``, key/value
@@ -52,12 +58,17 @@ def packed_sdpa_forward(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     kwargs.pop("cu_seq_lens_k", None)
+    kwargs.pop("max_length_k", None)
     if cu_seq_lens_q is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if query.shape[0] != 1:
         raise ValueError(f"packed_sdpa with cu_seq_lens_q needs one packed row; got batch "
                          f"{query.shape[0]}")
+    kernel = varlen_kernel(query, dropout, max_length_q)
+    if kernel is not None:
+        return _varlen_forward(kernel, query, key, value, cu_seq_lens_q, max_length_q,
+                               scaling), None
     bounds = cu_seq_lens_q.tolist()
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -71,6 +82,61 @@ def packed_sdpa_forward(
         b, h, _, d = query.shape
         outs.append(query.new_zeros(b, length - bounds[-1], h, d))
     return torch.cat(outs, dim=1), None
+
+
+def varlen_kernel(query: torch.Tensor, dropout: float, max_length: int | None):
+    """torch's varlen attention function when it can serve this call, else None: CUDA only,
+    bf16/fp16, no dropout, the host-side ``max_length`` known, and a torch that has it."""
+    if not query.is_cuda or query.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if dropout or max_length is None:
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def _varlen_forward(kernel, query, key, value, cu_seq: torch.Tensor, max_len: int,
+                    scaling: float | None) -> torch.Tensor:
+    """Causal varlen attention on one packed row: ``[1, H, L, D]`` in, ``[1, L, H, D]`` out.
+    ``cu_seq`` must cover all ``L`` positions (:func:`packed_kwargs` with ``cover_padding``)."""
+    import inspect
+
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [L, heads, D]
+    params = inspect.signature(kernel).parameters
+    extra: dict = {}
+    if k.shape[1] != q.shape[1]:  # grouped-query attention
+        if "enable_gqa" in params:
+            extra["enable_gqa"] = True
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if "window_size" in params:
+        extra["window_size"] = (-1, 0)  # causal
+    else:
+        extra["is_causal"] = True  # the first releases' spelling
+    if scaling is not None:
+        extra["scale"] = scaling
+    out = kernel(q, k, v, cu_seq, cu_seq, max_len, max_len, **extra)
+    return out.unsqueeze(0)
+
+
+def packed_kwargs(segment_ids: torch.Tensor, cover_padding: bool = False) -> dict:
+    """Model keyword arguments for one packed row ``[1, L]``: ``cu_seq_lens_q`` (int32, on the
+    row's device) and ``max_length_q`` (a host int). One host sync, once per micro-batch.
+
+    ``cover_padding`` makes the trailing padding one more (ignored) sequence, so a varlen
+    kernel writes every position; the per-sequence SDPA path zero-fills it instead."""
+    cu = cu_seq_lens(segment_ids)
+    bounds = cu.tolist()
+    length = segment_ids.shape[1]
+    if cover_padding and bounds[-1] < length:
+        bounds.append(length)
+        cu = torch.tensor(bounds, dtype=torch.int32, device=segment_ids.device)
+    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return {"cu_seq_lens_q": cu, "max_length_q": max(lengths, default=0)}
 
 
 def _packed_sdpa_mask(*args, **kwargs):

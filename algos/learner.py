@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from algos import core
-from algos.attention import ATTN_NAME, cu_seq_lens, packed_forward, use_packed_attention
+from algos.attention import ATTN_NAME, packed_forward, packed_kwargs, use_packed_attention
 from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.data import MicroBatch, Sample, pack_samples, pad_samples
 from algos.logprobs import model_token_logprobs
@@ -72,7 +72,11 @@ class LearnerConfig:
     """With packing, switch an sdpa model to ``packed_sdpa`` (algos.attention): SDPA on each
     sequence of a packed row (cost sum n_i^2, no [L, L] mask) instead of a 4D block mask."""
     bf16: bool = False
-    """Run the transformer under bfloat16 autocast (parameters and optimiser stay as they are)."""
+    """Run the transformer under bfloat16 autocast (parameters and optimiser stay as they are);
+    on CUDA the log-prob head's GEMMs run in bfloat16 too (float32 softmax and accumulation)."""
+    liger: bool = True
+    """On CUDA, patch the model with Liger's fused RMSNorm/SwiGLU/RoPE kernels when the
+    optional liger-kernel package is installed (never used on CPU)."""
     grad_checkpointing: bool = False
     """model.gradient_checkpointing_enable() (non-reentrant)."""
     loss: str = "dapo"
@@ -118,6 +122,29 @@ class LearnerConfig:
             raise unknown_choice("kl_estimator", self.kl_estimator, core.KL_ESTIMATORS)
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
+
+
+def setup_cuda(model: nn.Module, config: LearnerConfig) -> None:
+    """CUDA-only speed settings (the CPU path never runs this): TF32 for the float32 matmuls
+    that remain (process-wide), and Liger's fused kernels when installed and asked for."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9 names the precision
+        matmul.fp32_precision = "tf32"
+    else:
+        matmul.allow_tf32 = True
+    if config.liger:
+        try:
+            from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        except ImportError:
+            return
+        try:  # the loss stays ours (chunked log-probs): only the layer kernels are swapped
+            _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True,
+                                            cross_entropy=False, fused_linear_cross_entropy=False)
+        except Exception as e:  # noqa: BLE001 - an optional speed-up must not stop training
+            log.warning("liger kernels not applied to %s: %s: %s", type(model).__name__,
+                        type(e).__name__, e)
+        else:
+            log.info("liger kernels applied to %s", type(model).__name__)
 
 
 @dataclass
@@ -197,6 +224,9 @@ class Learner:
             for m in (model, ref_model):
                 if m is not None:
                     use_packed_attention(m)
+        on_cuda = self.device.type == "cuda"
+        if on_cuda:
+            setup_cuda(model, config)
         params = [p for p in model.parameters() if p.requires_grad]
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
@@ -204,8 +234,9 @@ class Learner:
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
         self.params = params
+        # fused: one kernel for the whole update on CUDA (None keeps torch's CPU default)
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas,
-                                           eps=config.eps)
+                                           eps=config.eps, fused=True if on_cuda else None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             LRSchedule(config.warmup_steps, config.schedule, config.total_steps,
@@ -229,10 +260,12 @@ class Learner:
         cfg = self.config
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         mask_dtype = torch.bfloat16 if cfg.bf16 else next(model.parameters()).dtype
+        on_cuda = mb.input_ids.is_cuda
         kwargs, ctx = {}, contextlib.nullcontext()
         if impl == ATTN_NAME and mb.input_ids.shape[0] == 1:
-            # per-sequence SDPA: the boundaries replace the block-diagonal mask
-            kwargs["cu_seq_lens_q"] = cu_seq_lens(mb.segment_ids)
+            # per-sequence attention: the boundaries replace the block-diagonal mask; computed
+            # here once per micro-batch (one host sync), not in every layer
+            kwargs.update(packed_kwargs(mb.segment_ids, cover_padding=on_cuda))
             ctx = packed_forward()
         else:
             kwargs["attention_mask"] = mb.attention_mask(impl, mask_dtype)
@@ -245,6 +278,7 @@ class Learner:
                 chunk_size=cfg.logprob_chunk_size,
                 return_entropy=with_entropy,
                 autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+                head_dtype=torch.bfloat16 if cfg.bf16 and on_cuda else None,
                 **kwargs,
             )
         lp_rows, ent_rows = out if with_entropy else (out, None)

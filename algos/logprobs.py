@@ -33,10 +33,30 @@ def default_chunk_size(vocab_size: int) -> int:
     return int(min(4096, max(64, _CHUNK_ELEMENTS // max(1, vocab_size))))
 
 
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _mm_f32(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` as float32. Low-precision inputs: on CUDA the GEMM writes float32 directly
+    (``out_dtype``, no rounding of the product); elsewhere the product is rounded to the input
+    dtype, then widened."""
+    if a.is_cuda and a.dtype in _LOW_PRECISION:
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except (TypeError, RuntimeError):  # a torch without out_dtype for mm
+            pass
+    return (a @ b).float()
+
+
 def _chunk_logits(h: Tensor, weight: Tensor, bias: Tensor | None, inv_temp: float) -> Tensor:
     """float32 logits of one chunk, divided by the temperature."""
-    z = h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())
-    z = z.float()
+    if h.dtype in _LOW_PRECISION:  # bf16 GEMM, float32 logits
+        z = _mm_f32(h, weight.t())
+        if bias is not None:
+            z += bias.float()
+    else:
+        z = h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())
+        z = z.float()
     if inv_temp != 1.0:
         z.mul_(inv_temp)
     return z
@@ -46,12 +66,19 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
     """``(logp [N], entropy [N] or empty)`` of ``targets`` under ``softmax((h W^T + b) / tau)``.
 
     Inputs: ``hidden [N, H]``, ``weight [V, H]``, ``bias [V] | None``, ``targets [N]`` (long),
-    ``temperature``, ``chunk_size``, ``with_entropy``. Saves only the inputs, the log-sum-exp
+    ``temperature``, ``chunk_size``, ``with_entropy``, ``compute_dtype``: None (GEMMs in the
+    weight's dtype) or a low-precision dtype that ``hidden`` is already in and the head is cast
+    to once per call (bf16 GEMMs; logits, softmax and head gradients stay float32 and the
+    gradients come back in the parameters' own dtypes). Saves only the inputs, the log-sum-exp
     and the entropy ([N] each) for backward.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy):
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy,
+                compute_dtype=None):
+        ctx.compute_dtype = compute_dtype
+        params = (weight, bias)  # saved as given: the cast is redone in backward, not kept
+        weight, bias = _cast_head(weight, bias, compute_dtype)
         n = hidden.shape[0]
         inv_temp = 1.0 / float(temperature)
         lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
@@ -69,7 +96,7 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
                 ent[s:e] = lse_c - torch.linalg.vecdot(p, z)
                 del p
             del z
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, ent)
+        ctx.save_for_backward(hidden, *params, targets, lse, ent)
         ctx.inv_temp = inv_temp
         ctx.chunk_size = chunk_size
         ctx.with_entropy = with_entropy
@@ -79,7 +106,8 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logp, grad_ent):
-        hidden, weight, bias, targets, lse, ent = ctx.saved_tensors
+        hidden, weight_param, bias_param, targets, lse, ent = ctx.saved_tensors
+        weight, bias = _cast_head(weight_param, bias_param, ctx.compute_dtype)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         n = hidden.shape[0]
         inv_temp = ctx.inv_temp
@@ -119,15 +147,22 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
                 if grad_w.dtype == g_in.dtype:
                     grad_w.addmm_(g_in.t(), hidden[s:e])
                 else:
-                    grad_w += (g_in.t() @ hidden[s:e]).float()
+                    grad_w += _mm_f32(g_in.t(), hidden[s:e])
             if grad_b is not None:
                 grad_b += g_in.float().sum(0)
             del g_in
         if grad_w is not None:
-            grad_w = grad_w.to(weight.dtype)
+            grad_w = grad_w.to(weight_param.dtype)
         if grad_b is not None:
-            grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+            grad_b = grad_b.to(bias_param.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def _cast_head(weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None
+               ) -> tuple[Tensor, Tensor | None]:
+    if dtype is None:
+        return weight, bias
+    return weight.to(dtype), (bias.to(dtype) if bias is not None else None)
 
 
 def token_logprobs(
@@ -139,13 +174,19 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     return_entropy: bool = False,
+    compute_dtype: torch.dtype | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Log-probs (float32) of ``targets`` under ``softmax((hidden @ weight.T + bias) / temperature)``.
 
     Shapes: ``hidden [..., H]``, ``weight [V, H]``, ``bias [V]``, ``targets [...]`` -> ``[...]``
     (and the entropy ``[...]`` with ``return_entropy``). The temperature must match the one the
     sampler's log-probs were taken at (vLLM returns raw, tau = 1, log-probs by default).
+    ``compute_dtype`` (bfloat16 or float16): the head's GEMMs in that dtype, softmax and
+    accumulation in float32; default: the weight's dtype.
     """
+    if compute_dtype is not None and compute_dtype not in _LOW_PRECISION:
+        raise ValueError(f"compute_dtype must be None, torch.bfloat16 or torch.float16; got "
+                         f"{compute_dtype}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}")
     if hidden.shape[:-1] != targets.shape:
@@ -158,10 +199,14 @@ def token_logprobs(
     shape = targets.shape
     h = hidden.reshape(-1, hidden.shape[-1])
     y = targets.reshape(-1).long()
-    if h.dtype != weight.dtype:
-        h = h.to(weight.dtype)
+    if compute_dtype == weight.dtype:
+        compute_dtype = None  # already low precision (e.g. FSDP2 mixed precision)
+    want = compute_dtype or weight.dtype
+    if h.dtype != want:
+        h = h.to(want)
     chunk = chunk_size or default_chunk_size(weight.shape[0])
-    logp, ent = ChunkedTokenLogprobs.apply(h, weight, bias, y, temperature, chunk, return_entropy)
+    logp, ent = ChunkedTokenLogprobs.apply(h, weight, bias, y, temperature, chunk, return_entropy,
+                                           compute_dtype)
     if return_entropy:
         return logp.view(shape), ent.view(shape)
     return logp.view(shape)
@@ -248,6 +293,7 @@ def model_token_logprobs(
     chunk_size: int | None = None,
     return_entropy: bool = False,
     autocast_dtype: torch.dtype | None = None,
+    head_dtype: torch.dtype | None = None,
     **model_kwargs,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs ``[B, T]`` aligned to ``input_ids``: ``out[:, t] = log p(x_t | x_<t)``.
@@ -255,8 +301,8 @@ def model_token_logprobs(
     ``out[:, 0]`` is 0 (no context). In a packed row the first token of each sequence gets the
     prediction of the previous sequence's last position: callers must mask it (a sample's
     ``loss_mask[0]`` is 0 by contract). ``autocast_dtype`` runs the transformer under autocast;
-    the head and softmax always run outside it, in the head weight's dtype with float32 softmax.
-    ``model_kwargs`` go to the model's forward.
+    the head and softmax always run outside it, in ``head_dtype`` (default: the head weight's
+    dtype) with float32 softmax. ``model_kwargs`` go to the model's forward.
     """
     ctx = (
         torch.autocast(input_ids.device.type, dtype=autocast_dtype)
@@ -268,7 +314,8 @@ def model_token_logprobs(
                           position_ids=position_ids, **model_kwargs)
     weight, bias = lm_head(model)
     out = token_logprobs(h[:, :-1], weight, input_ids[:, 1:], bias=bias, temperature=temperature,
-                         chunk_size=chunk_size, return_entropy=return_entropy)
+                         chunk_size=chunk_size, return_entropy=return_entropy,
+                         compute_dtype=head_dtype)
     pad = torch.zeros(input_ids.shape[0], 1, dtype=torch.float32, device=input_ids.device)
     if return_entropy:
         lp, ent = out

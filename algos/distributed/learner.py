@@ -71,7 +71,11 @@ class DistributedLearner(Learner):
             cp_mod.use_cp_attention(model)
             if ref_model is not None:
                 cp_mod.use_cp_attention(ref_model)
-        model = shard_model(model, ctx, activation_checkpointing=config.grad_checkpointing)
+        # On CUDA, bf16 through FSDP2's mixed precision: parameters gathered in bf16 once per
+        # layer (no per-op autocast casts), float32 master weights and gradient reduction.
+        low = torch.bfloat16 if config.bf16 and ctx.device.type == "cuda" else None
+        model = shard_model(model, ctx, activation_checkpointing=config.grad_checkpointing,
+                            param_dtype=low)
         if ref_model is not None:
             ref_model = shard_model(ref_model, ctx)
         super().__init__(model, config, ref_model=ref_model, tokenizer=tokenizer)
@@ -131,7 +135,8 @@ class DistributedLearner(Learner):
                 h = hidden_states(model, sh["input_ids"], position_ids=sh["position_ids"])
         weight, bias = lm_head(model)
         out = token_logprobs(h, weight, sh["targets"], bias=bias, temperature=cfg.temperature,
-                             chunk_size=cfg.logprob_chunk_size, return_entropy=with_entropy)
+                             chunk_size=cfg.logprob_chunk_size, return_entropy=with_entropy,
+                             compute_dtype=torch.bfloat16 if cfg.bf16 and h.is_cuda else None)
         lp, ent = out if with_entropy else (out, None)
 
         def whole(x: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Devices are decided where tensors are used, not when objects are built.
+"""Devices are decided where tensors are used, not when objects are built; and the CUDA-only
+fast paths (bf16 head, varlen attention) checked on CPU where their arithmetic allows.
 
 CI has no GPU, so the move a learner makes (CPU -> CUDA) is made observable on CPU: the module is
 moved to the ``meta`` device after the sampler was built, and the test records the device of
@@ -114,3 +115,162 @@ def test_engine_copy_follows_the_training_device(tmp_path: Path, monkeypatch):
         assert seen["generators"] == [META] and set(seen["inputs"]) == {META}
     finally:
         policy.close()
+
+
+# ------------------------------------------------------------------------------------------
+# The CUDA-only fast paths, checked on CPU where their arithmetic or plumbing allows
+# ------------------------------------------------------------------------------------------
+
+BF16_U = 2.0**-8  # unit roundoff of bfloat16 (8 significant bits)
+F32_U = 2.0**-24
+
+
+def test_bf16_head_logprobs_and_entropy_within_the_bf16_bound():
+    from algos.logprobs import naive_token_logprobs, token_logprobs
+
+    gen = torch.Generator().manual_seed(0)
+    n, hidden, vocab = 64, 96, 500
+    h = torch.randn(n, hidden, generator=gen, dtype=torch.float64)
+    w = torch.randn(vocab, hidden, generator=gen, dtype=torch.float64) * 0.3  # logits ~ 10
+    y = torch.randint(0, vocab, (n,), generator=gen)
+    ref_lp, ref_ent = naive_token_logprobs(h, w, y, return_entropy=True)
+    lp, ent = token_logprobs(h.float(), w.float(), y, return_entropy=True, chunk_size=16,
+                             compute_dtype=torch.bfloat16)
+    assert lp.dtype == ent.dtype == torch.float32
+    # Each logit z_j = sum_i h_i w_ji: rounding h and w to bf16 moves each product by at most
+    # 2u |h_i w_ji|, the bf16 product is rounded once more (u |z_j|, CPU; CUDA writes float32)
+    # and float32 accumulates over H terms. So |dz_j| <= d = (3u + H u32) * S_t, S_t the row's
+    # largest sum_i |h_i w_ji|: "bf16's unit roundoff times the logit scale".
+    scale = (h.abs() @ w.abs().t()).max(dim=1).values
+    d = (3 * BF16_U + hidden * F32_U) * scale
+    # log p_y = z_y - lse(z): both move by at most d.
+    assert ((lp.double() - ref_lp).abs() <= 2 * d).all()
+    # dH/dz_j = -p_j (log p_j + H): to first order |dH| <= d sum_j p_j |log p_j + H|; x2 covers
+    # the second-order terms at these magnitudes.
+    logp = torch.log_softmax(h @ w.t(), -1)
+    sens = (logp.exp() * (logp + ref_ent[:, None]).abs()).sum(-1)
+    assert ((ent.double() - ref_ent).abs() <= 2 * d * sens).all()
+    # and bf16 did change something (the test would be vacuous if the cast were skipped)
+    plain = token_logprobs(h.float(), w.float(), y)
+    assert not torch.equal(plain, lp)
+
+
+def test_bf16_head_gradients_land_on_float32_parameters():
+    from algos.logprobs import token_logprobs
+
+    gen = torch.Generator().manual_seed(1)
+    h = torch.randn(32, 48, generator=gen).bfloat16().requires_grad_()
+    w = (torch.randn(200, 48, generator=gen) * 0.3).requires_grad_()
+    b = torch.zeros(200, requires_grad=True)
+    y = torch.randint(0, 200, (32,), generator=gen)
+    lp, ent = token_logprobs(h, w, y, bias=b, return_entropy=True, chunk_size=8,
+                             compute_dtype=torch.bfloat16)
+    (lp.sum() + 0.1 * ent.sum()).backward()
+    assert h.grad.dtype == torch.bfloat16 and w.grad.dtype == b.grad.dtype == torch.float32
+    ref_w = w.detach().double().requires_grad_()
+    ref_b = b.detach().double().requires_grad_()
+    ref_h = h.detach().double().requires_grad_()
+    from algos.logprobs import naive_token_logprobs
+
+    rlp, rent = naive_token_logprobs(ref_h, ref_w, y, bias=ref_b, return_entropy=True)
+    (rlp.sum() + 0.1 * rent.sum()).backward()
+    # bf16 GEMMs: a few units of bf16 roundoff relative to the gradient's scale
+    for got, ref in ((w.grad, ref_w.grad), (b.grad, ref_b.grad), (h.grad, ref_h.grad)):
+        err = (got.double() - ref).abs().max() / ref.abs().max()
+        assert err < 16 * BF16_U, err
+
+
+def _reference_varlen(with_gqa_flag: bool):
+    """A CPU stand-in for torch's CUDA varlen kernel (same signature family): causal SDPA per
+    sequence, so the test checks the plumbing (layouts, GQA, boundaries), not the kernel."""
+    calls = []
+
+    def run(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
+            enable_gqa=False):
+        calls.append({"max_q": max_q, "window": window_size, "gqa": enable_gqa,
+                      "heads": (q.shape[1], k.shape[1])})
+        assert window_size == (-1, 0) and torch.equal(cu_q, cu_k)
+        assert k.shape[1] == q.shape[1] or enable_gqa
+        bounds = cu_q.tolist()
+        assert bounds[-1] == q.shape[0]  # every position covered
+        outs = []
+        for a, z in zip(bounds[:-1], bounds[1:], strict=True):
+            assert z - a <= max_q
+            qs, ks, vs = (x[a:z].transpose(0, 1) for x in (q, k, v))
+            outs.append(torch.nn.functional.scaled_dot_product_attention(
+                qs, ks, vs, is_causal=True, scale=scale, enable_gqa=enable_gqa).transpose(0, 1))
+        return torch.cat(outs)
+
+    if not with_gqa_flag:
+        def run_old(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+            return run(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
+        return run_old, calls
+    return run, calls
+
+
+@pytest.mark.parametrize("with_gqa_flag", [True, False])
+def test_varlen_branch_matches_per_sequence_attention(monkeypatch, with_gqa_flag):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from algos import attention
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).eval()
+    assert attention.use_packed_attention(model)
+    lengths = [5, 9, 3]
+    length = sum(lengths) + 4  # trailing padding
+    seg = torch.full((1, length), -1)
+    pos = torch.zeros((1, length), dtype=torch.long)
+    start = 0
+    for i, n in enumerate(lengths):
+        seg[0, start:start + n] = i
+        pos[0, start:start + n] = torch.arange(n)
+        start += n
+    ids = torch.randint(0, 64, (1, length))
+
+    def hidden(kwargs):
+        with torch.no_grad(), attention.packed_forward():
+            return model.model(input_ids=ids, position_ids=pos, **kwargs).last_hidden_state
+
+    expected = hidden(attention.packed_kwargs(seg))  # the CPU per-sequence path
+    kernel, calls = _reference_varlen(with_gqa_flag)
+    monkeypatch.setattr(attention, "varlen_kernel",
+                        lambda q, dropout, max_length: kernel if max_length else None)
+    got = hidden(attention.packed_kwargs(seg, cover_padding=True))
+    assert len(calls) == 2  # one kernel call per layer, the whole row at once
+    assert calls[0]["max_q"] == 9 and calls[0]["gqa"] == with_gqa_flag
+    assert calls[0]["heads"] == ((4, 2) if with_gqa_flag else (4, 4))
+    real = sum(lengths)
+    torch.testing.assert_close(got[0, :real], expected[0, :real], rtol=1e-5, atol=1e-5)
+
+
+def test_packed_kwargs_give_device_bounds_and_a_host_max_length():
+    from algos.attention import packed_kwargs
+
+    seg = torch.tensor([[0, 0, 0, 1, 1, -1, -1]])
+    kw = packed_kwargs(seg)
+    assert kw["cu_seq_lens_q"].tolist() == [0, 3, 5] and kw["max_length_q"] == 3
+    assert isinstance(kw["max_length_q"], int) and kw["cu_seq_lens_q"].dtype == torch.int32
+    covered = packed_kwargs(seg, cover_padding=True)
+    assert covered["cu_seq_lens_q"].tolist() == [0, 3, 5, 7] and covered["max_length_q"] == 3
+
+
+def test_varlen_kernel_is_never_chosen_on_cpu():
+    from algos.attention import varlen_kernel
+
+    q = torch.zeros(1, 2, 4, 8, dtype=torch.bfloat16)
+    assert varlen_kernel(q, 0.0, 4) is None
+
+
+def test_cpu_learner_keeps_the_plain_optimizer():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from algos.learner import Learner, LearnerConfig
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2))
+    learner = Learner(model, LearnerConfig(bf16=True))
+    assert not learner.optimizer.defaults.get("fused")  # fused AdamW only on CUDA
