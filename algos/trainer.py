@@ -990,6 +990,20 @@ class Trainer:
             print(f"resumed {self.run_dir} at iteration {self.iteration} "
                   f"(optimizer step {self.learner.step})", file=sys.stderr)
 
+    def _boundary(self) -> tuple[int, dict[str, Any], dict[str, list[int]], int]:
+        """What an iteration changes besides the weights, as it was before the iteration."""
+        return (self.iteration, self.sampler.state_dict(), copy.deepcopy(self.solve_counts),
+                self.skipped_iterations)
+
+    def _rewind(self, boundary: tuple[int, dict[str, Any], dict[str, list[int]], int]) -> None:
+        """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
+        run redoes it with the same tasks (Ctrl-C mostly lands during rollouts). Optimiser steps
+        it already took stay in the weights."""
+        iteration, sampler, solve_counts, skipped = boundary
+        if iteration == self.iteration:
+            self.sampler.load_state_dict(sampler)
+            self.solve_counts, self.skipped_iterations = solve_counts, skipped
+
     # ------------------------------------------------------------------ one iteration
     def _collect(self, counters: Counters, tick: Callable[[Any], None]) -> tuple[list[Scored], int,
                                                                                    list[float]]:
@@ -1148,10 +1162,12 @@ class Trainer:
 
             bar = tqdm(total=cfg.iterations, initial=self.iteration, desc=self.algo,
                        unit="it", file=sys.stderr, dynamic_ncols=True)
+        boundary = self._boundary()
         try:
             with InterruptGuard() as guard:
                 try:
                     while self.iteration < cfg.iterations:
+                        boundary = self._boundary()
                         stats = _EpisodeStats()
 
                         def tick(traj: Any, stats: _EpisodeStats = stats) -> None:
@@ -1180,6 +1196,7 @@ class Trainer:
                     if bar is not None:
                         bar.close()
                         bar = None
+                    self._rewind(boundary)
                     print(f"\n[rank {self.dist.rank}] interrupted: saving a checkpoint at "
                           f"iteration {self.iteration} "
                           f"(optimizer step {getattr(self.learner, 'step', '?')})",
