@@ -141,20 +141,27 @@ def select_victims(
     return sorted(groups), sorted(pids)
 
 
+# Byte (as a latin-1 character) -> its spelling inside $'...': NUL dropped, ' and \\ escaped,
+# printable ASCII kept, the rest as \\xHH (at most two hex digits, so a following digit is safe).
+_ANSI_C = {b: (None if b == 0 else "\\" + chr(b) if b in (0x27, 0x5C) else f"\\x{b:02x}")
+           for b in range(256) if b in (0, 0x27, 0x5C) or not 0x20 <= b < 0x7F}
+_NON_PRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
 def ansi_c_quote(text: str) -> str:
-    """``$'...'`` literal for bash holding ``text`` byte for byte (NUL bytes dropped)."""
-    out = ["$'"]
-    for b in text.encode("utf-8", "surrogateescape"):
-        if b == 0:
-            continue
-        if b in (0x27, 0x5C):  # ' and \
-            out.append("\\" + chr(b))
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    out.append("'")
-    return "".join(out)
+    """``$'...'`` literal for bash holding ``text`` byte for byte (NUL bytes dropped).
+
+    Lone surrogates from ``surrogateescape`` decoding become their original bytes; any other
+    lone surrogate is encoded as is (``surrogatepass``), so no string makes this raise."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    # str.replace for the common specials, then the rare rest run by run (translate is slow
+    # per character once a mapping is not one to one).
+    body = data.decode("latin-1").replace("\\", "\\\\").replace("'", "\\'")
+    body = body.replace("\n", "\\x0a").replace("\t", "\\x09")
+    return "$'" + _NON_PRINTABLE.sub(lambda m: m.group().translate(_ANSI_C), body) + "'"
 
 
 class _OutputBuffer:
@@ -498,11 +505,24 @@ def _simple_commands(cmd: str) -> list[list[str]]:
     return [c for c in out if c]
 
 
+# Commands longer than this are not checked (shlex is slow per character and quadratic in a
+# token's length); they run, and an interactive program among them ends at the timeout.
+MAX_CHECKED_COMMAND = 20_000
+_NAMES = re.compile(
+    r"(?<![\w.-])(?:" + "|".join(map(re.escape, sorted({*_INTERACTIVE, *_REPLS, "tail"}, key=len, reverse=True)))
+    + r"|python[\d.]+)(?![\w.-])"
+)
+
+
 def interactive_command_message(cmd: str) -> str | None:
     """A helpful message if ``cmd`` starts a known interactive program, else ``None``.
 
     The env returns it as the observation instead of running the command (which would only
-    end at the timeout or print garbage, since there is no terminal)."""
+    end at the timeout or print garbage, since there is no terminal). Linear in ``len(cmd)``:
+    a command that names no such program as a word, or longer than ``MAX_CHECKED_COMMAND``,
+    is not tokenised at all."""
+    if len(cmd) > MAX_CHECKED_COMMAND or not _NAMES.search(cmd):
+        return None
     for words in _simple_commands(cmd):
         i = 0
         # Skip VAR=value assignments and wrappers (sudo, env, timeout 10, ...).

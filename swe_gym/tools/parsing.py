@@ -15,6 +15,7 @@ with a reason code and a message the agent sees as its observation.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import shlex
@@ -35,8 +36,14 @@ BAD_ARGUMENTS = "bad_arguments"
 EMPTY_COMMAND = "empty_command"
 BAD_JSON = "bad_json"
 
-_FENCE = re.compile(r"^(`{3,}|~{3,})[ \t]*([\w+-]*)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
-_TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
+# The editor's first line (command, path, numbers) goes through shlex, which is slow per
+# character and quadratic in a token's length; paths are at most 4096 bytes (PATH_MAX).
+MAX_EDITOR_LINE = 8192
+# Fenced blocks (see fenced_blocks): these patterns cannot backtrack more than one line's run.
+_CLOSER = re.compile(r"^(`{3,}|~{3,})[ \t]*$", re.M)
+_COUNT_LIMIT = 100  # blocks counted for the "multiple blocks" message
+_RUN = {"`": re.compile(r"`+"), "~": re.compile(r"~+")}
 _SEARCH = "<<<<<<< SEARCH"
 _DIVIDER = "======="
 _REPLACE = ">>>>>>> REPLACE"
@@ -65,8 +72,70 @@ def parse_action(text: str, action_format: str = "fenced") -> ToolCall | Invalid
 # ----------------------------------------------------------------------------- fenced
 
 
+def fenced_blocks(text: str, limit: int | None = None) -> list[str]:
+    """Bodies of the fenced code blocks in ``text``, in linear time.
+
+    A block opens on a line starting (column 0) with 3 or more backticks or tildes, followed by
+    anything (the info string), and closes at the first later line made of exactly as many of
+    the same character plus optional spaces/tabs. When no such line exists for the whole run,
+    a shorter opening (down to 3, the rest counting as info string) is tried, longest first; a
+    line that opens nothing is text. The body runs from after the opening line to the start of
+    the closing line (its trailing newline included). This is what the regex
+    ``^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$`` (re.S | re.M) matched, without its quadratic
+    backtracking on long fence runs or many unclosed openings. ``limit``: stop after that many.
+    """
+    # closers[(char, run)]: ascending offsets of the lines that can close a fence of that run;
+    # runs[char]: the distinct runs that may still have a closer below the current line.
+    closers: dict[tuple[str, int], list[int]] = {}
+    for m in _CLOSER.finditer(text):
+        closers.setdefault((m.group(1)[0], len(m.group(1))), []).append(m.start())
+    runs = {c: sorted(k for ch, k in closers if ch == c) for c in "`~"}
+    blocks: list[str] = []
+    opener = _opener(runs)
+    pos = 0
+    while opener is not None and len(blocks) != limit:
+        m = opener.search(text, pos)
+        if m is None:
+            break
+        start = m.start()
+        eol = text.find("\n", start)
+        if eol < 0:  # the last line: no body can follow it
+            break
+        c = text[start]
+        run = _RUN[c].match(text, start).end() - start
+        avail = runs[c]
+        i = bisect.bisect_right(avail, run) - 1
+        close = None
+        while i >= 0:  # longest run first; a run with no closer below is dropped for good
+            offsets = closers[(c, avail[i])]
+            j = bisect.bisect_right(offsets, start)
+            if j < len(offsets):
+                close = offsets[j]
+                break
+            del avail[i]
+            i -= 1
+        if close is None:
+            # Every run this line could use is gone: only longer openings can match from here,
+            # so the regex skips the hopeless lines in C and each failure here drops a run.
+            opener = _opener(runs)
+            pos = eol + 1
+            continue
+        blocks.append(text[eol + 1 : close])
+        end = text.find("\n", close)
+        if end < 0:
+            break
+        pos = end + 1
+    return blocks
+
+
+def _opener(runs: dict[str, list[int]]) -> re.Pattern[str] | None:
+    """A line that can still open a block: a run at least as long as the shortest closer left."""
+    alts = [f"{re.escape(c)}{{{avail[0]}}}" for c, avail in runs.items() if avail]
+    return re.compile("^(?:" + "|".join(alts) + ")", re.M) if alts else None
+
+
 def _parse_fenced(text: str) -> ToolCall | InvalidAction:
-    blocks = [m.group(3) for m in _FENCE.finditer(text)]
+    blocks = fenced_blocks(text, limit=_COUNT_LIMIT)
     if not blocks:
         return InvalidAction(
             NO_COMMAND,
@@ -76,7 +145,7 @@ def _parse_fenced(text: str) -> ToolCall | InvalidAction:
     if len(blocks) > 1:
         return InvalidAction(
             MULTIPLE_COMMANDS,
-            f"Your reply has {len(blocks)} fenced code blocks; put exactly one command in exactly "
+            f"Your reply has {_count(blocks)} fenced code blocks; put exactly one command in exactly "
             "one fenced block per reply (join shell commands with && if you must).",
         )
     body = blocks[0].strip("\n")
@@ -93,7 +162,17 @@ def _parse_fenced(text: str) -> ToolCall | InvalidAction:
     return ToolCall("bash", {"command": body})
 
 
+def _count(blocks: list[str]) -> str:
+    return f"{len(blocks)} or more" if len(blocks) >= _COUNT_LIMIT else str(len(blocks))
+
+
 def _parse_editor_block(first_line: str, rest: str) -> ToolCall | InvalidAction:
+    if len(first_line) > MAX_EDITOR_LINE:
+        return InvalidAction(
+            BAD_ARGUMENTS,
+            f"The str_replace_editor line is {len(first_line)} characters long (at most "
+            f"{MAX_EDITOR_LINE}); file text goes on the lines after it.",
+        )
     try:
         words = shlex.split(first_line)
     except ValueError as e:
@@ -165,14 +244,14 @@ def _search_replace(rest: str) -> tuple[str, str] | InvalidAction:
 
 
 def _parse_json(text: str) -> ToolCall | InvalidAction:
-    tagged = _TOOL_CALL_TAG.findall(text)
+    tagged = _tool_call_tags(text)
     if len(tagged) > 1:
         return InvalidAction(MULTIPLE_COMMANDS, f"Your reply has {len(tagged)} <tool_call> blocks; send exactly one.")
     if tagged:
         candidates = [tagged[0].strip()]
     else:
         stripped = text.strip()
-        fenced = [m.group(3) for m in _FENCE.finditer(stripped)]
+        fenced = fenced_blocks(stripped)
         candidates = [stripped] + fenced
     obj: Any = None
     err = ""
@@ -210,6 +289,22 @@ def _parse_json(text: str) -> ToolCall | InvalidAction:
     if name not in TOOLS:
         return InvalidAction(UNKNOWN_TOOL, f"unknown tool {name!r}; choose one of: {', '.join(TOOLS)}")
     return _check_args(ToolCall(name, args))
+
+
+def _tool_call_tags(text: str) -> list[str]:
+    """What ``<tool_call>(.*?)</tool_call>`` (re.S) finds, by ``str.find``: linear, where the
+    lazy regex rescans to the end for every unclosed opening tag."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        i = text.find(_TOOL_OPEN, pos)
+        if i < 0:
+            return out
+        j = text.find(_TOOL_CLOSE, i + len(_TOOL_OPEN))
+        if j < 0:  # no closing tag after this opening: none after any later one either
+            return out
+        out.append(text[i + len(_TOOL_OPEN) : j])
+        pos = j + len(_TOOL_CLOSE)
 
 
 _REQUIRED = {
