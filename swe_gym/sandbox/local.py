@@ -283,7 +283,7 @@ class LocalSandbox:
         args += bwrap_mounts(
             workdir_host=str(self.host_workdir),
             readonly_worktree=diff,
-            objects=[str(self._pack.objects)],
+            objects=[str(d) for d in self._pack.chain],
             extra_binds=[(str(self.root / "diffgit"), _DIFF_GIT_DIR, True)] if diff else [],
             identity=self._identity_files() if root_mode else None,
             tmp_size_mb=self.tmp_size_mb,
@@ -355,7 +355,7 @@ class LocalSandbox:
             work_tree=wt,
             index=f"{gd}/index",
             base=self._pack.sha,
-            alternate=str(self._pack.objects),
+            alternate="\n".join(str(d) for d in self._pack.chain),
             path=self._base_env()["PATH"],
         )
         try:

@@ -6,7 +6,9 @@ An ``alternates`` file pointing at its objects directory would let the agent rea
 ``base_commit``) gets its own pack, built once with ``git pack-objects --revs`` from the base
 commit and the annotated tags reachable from it, kept in the toolkit cache
 (``$SWE_GYM_CACHE/packs/<owner>__<name>/<sha>/``) and shared read-only by every sandbox of
-that base. Concurrent builders take a file lock; the pack is built in a temp dir and renamed
+that base. When an ancestor base is already packed, the new pack holds only what that one
+lacks and the sandbox gets both (a chain of at most ``MAX_CHAIN`` packs): tasks of one
+repository then share its history on disk. Concurrent builders take a file lock; the pack is built in a temp dir and renamed
 into place, so a reader never sees half a pack.
 
 Host git only ever runs here over the cached repository (never over a directory the agent
@@ -70,11 +72,19 @@ def host_git(
 
 @dataclass(frozen=True)
 class BasePack:
-    """The objects of one base commit: ``objects`` is a git objects directory (``pack/``)."""
+    """The objects of one base commit: ``chain`` are git objects directories (``pack/``),
+    this base's own first, then those of the ancestor bases its pack was built against."""
 
     sha: str
-    objects: Path
+    chain: tuple[Path, ...]
     packed_refs: bytes  # the tags reachable from the base, in packed-refs format (may be empty)
+
+    @property
+    def objects(self) -> Path:
+        return self.chain[0]
+
+
+MAX_CHAIN = 8  # packs per base at most: each adds a lookup, a bind and an alternates line
 
 
 def packs_root() -> Path:
@@ -83,15 +93,25 @@ def packs_root() -> Path:
 
 def _ready(d: Path) -> BasePack | None:
     objects = d / "objects"
-    if (d / "done").is_file() and any((objects / "pack").glob("pack-*.pack")):
-        return BasePack(d.name, objects, (d / "packed-refs").read_bytes())
-    return None
+    if not ((d / "done").is_file() and any((objects / "pack").glob("pack-*.pack"))):
+        return None
+    chain: tuple[Path, ...] = (objects,)
+    parent = (d / "parent").read_text().strip() if (d / "parent").is_file() else ""
+    if parent:
+        up = _ready(d.parent / parent)
+        if up is None:  # an ancestor pack was removed by hand: rebuild this one
+            return None
+        chain += up.chain
+    return BasePack(d.name, chain, (d / "packed-refs").read_bytes())
 
 
 def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
-    """The pack of the objects reachable from ``base_commit`` (built on first use).
+    """The objects reachable from ``base_commit`` (packed on first use).
 
-    ``repo`` may be None when ``base_commit`` is a full sha whose pack is already cached."""
+    A pack is built against the nearest base already packed that is an ancestor of this one
+    (``git pack-objects --revs <base> ^<ancestor>``), so many tasks of one repository share
+    their history instead of each holding all of it. ``repo`` may be None when
+    ``base_commit`` is a full sha whose pack is already cached."""
     root = packs_root() / repo_dir_name(repo_name)
     if _SHA.fullmatch(base_commit) and (hit := _ready(root / base_commit)):
         return hit
@@ -115,7 +135,7 @@ def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
             return hit
         tmp = Path(tempfile.mkdtemp(prefix=f".{sha_s}.", dir=root))
         try:
-            _build(repo, sha_s, tmp)
+            _build(repo, sha_s, tmp, _nearest_packed_ancestor(repo, root, sha_s))
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(dest)  # a half-built leftover of a killed builder
             os.rename(tmp, dest)
@@ -126,7 +146,24 @@ def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
     return hit
 
 
-def _build(repo: Path, sha: str, out: Path) -> None:
+def _nearest_packed_ancestor(repo: Path, root: Path, sha: str) -> BasePack | None:
+    best: tuple[int, BasePack] | None = None
+    for d in root.iterdir():
+        if not _SHA.fullmatch(d.name) or d.name == sha or (pack := _ready(d)) is None:
+            continue
+        if len(pack.chain) >= MAX_CHAIN:
+            continue
+        try:
+            host_git("merge-base", "--is-ancestor", d.name, sha, cwd=repo)
+        except SandboxError:
+            continue  # not an ancestor (or not in this clone)
+        gap = int(host_git("rev-list", "--count", f"{d.name}..{sha}", cwd=repo))
+        if best is None or gap < best[0]:
+            best = (gap, pack)
+    return best[1] if best else None
+
+
+def _build(repo: Path, sha: str, out: Path, parent: BasePack | None) -> None:
     tags = host_git(
         "for-each-ref",
         f"--merged={sha}",
@@ -137,13 +174,13 @@ def _build(repo: Path, sha: str, out: Path) -> None:
     tag_objects = [line.split()[0] for line in tags.decode().splitlines() if line.strip()]
     (out / "objects" / "pack").mkdir(parents=True)
     (out / "objects" / "info").mkdir()
-    revs = "\n".join([sha, *tag_objects]) + "\n"
+    revs = [sha, *tag_objects] + ([f"^{parent.sha}"] if parent else [])
     host_git(
         "pack-objects", "--revs", "-q", str(out / "objects" / "pack" / "pack"),
-        cwd=repo, input=revs.encode(),
+        cwd=repo, input=("\n".join(revs) + "\n").encode(),
     )  # fmt: skip
-    header = b"# pack-refs with: peeled\n" if tags.strip() else b""
-    (out / "packed-refs").write_bytes(header + tags)
+    (out / "packed-refs").write_bytes(tags)  # no "peeled" header: git peels tags itself
+    (out / "parent").write_text(parent.sha if parent else "")
     for p in out.rglob("*"):  # readable by every sandbox uid, writable by none
         p.chmod(0o755 if p.is_dir() else 0o444)
     out.chmod(0o755)
@@ -159,7 +196,7 @@ def init_repo(
     (git_dir / "objects" / "pack").mkdir()
     (git_dir / "refs" / "heads").mkdir(parents=True)
     (git_dir / "refs" / "tags").mkdir()
-    (git_dir / "objects" / "info" / "alternates").write_text(f"{pack.objects}\n")
+    (git_dir / "objects" / "info" / "alternates").write_text("".join(f"{d}\n" for d in pack.chain))
     (git_dir / "HEAD").write_text(pack.sha + "\n")
     if pack.packed_refs:
         (git_dir / "packed-refs").write_bytes(pack.packed_refs)

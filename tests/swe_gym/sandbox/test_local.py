@@ -213,3 +213,39 @@ def test_select_victims_spares_the_shell_and_earlier_jobs():
         ProcInfo(20, 20, 20),  # another session
     ]
     assert select_victims(procs, 10, {11}) == ([12], [14])
+
+
+def test_packs_of_later_bases_chain_to_earlier_ones(
+    tmp_path, monkeypatch, repo_builder, task_factory
+):
+    """A later base's pack holds only what an earlier packed base lacks; its sandbox still sees
+    the whole history up to its base and nothing after it."""
+    import subprocess
+
+    from swe_gym.sandbox import objects
+
+    monkeypatch.setenv("SWE_GYM_CACHE", str(tmp_path / "cache"))
+    path, first = repo_builder(tmp_path / "repos", "o/chain")
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    second = git("rev-parse", "HEAD")  # the 'future fix' commit of the fixture repo
+    (path / "late.txt").write_text("after both bases\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "later")
+    early = objects.base_pack("o/chain", path, first)
+    late = objects.base_pack("o/chain", path, second)
+    assert late.chain == (late.objects, early.objects)
+    task = task_factory("o/chain", second, "o__chain-1")
+    with LocalSandbox(task, repos_dir=tmp_path / "repos") as sb:
+        r = sb.run(
+            "git log --format=%s | tr '\\n' ' '; echo; git cat-file --batch-all-objects "
+            "--batch-check | wc -l; git rev-list --objects --all | wc -l; git fsck 2>&1 | wc -l"
+        )
+        log, n_all, n_reach, fsck = r.output.splitlines()
+        assert log.split() == ["future", "fix", "base"] and n_all == n_reach and fsck == "0"
+        later = git("rev-parse", "HEAD")
+        assert sb.run(f"git cat-file -e {later}").exit_code != 0
