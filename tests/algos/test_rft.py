@@ -71,3 +71,15 @@ def test_invalid_turns_are_masked_out_of_the_loss(trajectories_with_invalid_turn
                      "tiny-random", "--batch-size", "1", "--progress", "false",
                      "--run-dir", str(run)]) == 0
     assert read_metrics(run)[0]["loss_tokens"] == later
+
+
+def test_mask_invalid_false_trains_on_the_invalid_turn(trajectories_with_invalid_turn, tmp_path):
+    """The config value reaches the loss: without masking every completion token counts."""
+    (traj,) = Trajectory.load_jsonl(trajectories_with_invalid_turn)
+    run = tmp_path / "run"
+    assert rft.main(["--trajectories", str(trajectories_with_invalid_turn), "--policy",
+                     "tiny-random", "--batch-size", "1", "--progress", "false",
+                     "--mask-invalid", "false", "--run-dir", str(run)]) == 0
+    every = sum(len(t.completion_ids) for t in traj.turns)
+    assert read_metrics(run)[0]["loss_tokens"] == every > sum(
+        len(t.completion_ids) for t in traj.turns[1:])
