@@ -1,15 +1,34 @@
 """``SWEEnv``: a multi-turn software-engineering episode as a ``gymnasium.Env``.
 
-An episode: ``reset`` picks a task (seeded, or ``options={"task_id": ...}``) and starts a sandbox
-with the repository at ``base_commit``; the observation is the task prompt, and
-``info["system_prompt"]`` holds the tool docs and action format. Each ``step(text)`` parses the
-model's raw text into one tool call (``bash``, ``str_replace_editor``, ``submit``), runs it and
-returns its output. ``submit`` grades the diff in a fresh sandbox (SWE-bench rule, see
-``swe_gym.grading``) and terminates with reward 1.0 if resolved else 0.0. Reaching ``max_turns``
-truncates the episode (and grades the current diff unless ``grade_on_truncation=False``).
+An episode: ``reset`` picks a task (``options={"task_id": ...}``, else a draw from the env's
+generator, which ``reset(seed=...)`` seeds) and starts a sandbox with the repository at
+``base_commit``; the observation is the task prompt, and ``info["system_prompt"]`` holds the tool
+docs and action format. Each ``step(text)`` parses the model's raw text into one tool call
+(``bash``, ``str_replace_editor``, ``submit``), runs it and returns its output, followed by a
+footer ``(Open file: <last file the editor showed or changed, or n/a>)`` and
+``(Current directory: <the shell's cwd>)``. ``submit`` grades the diff in a fresh sandbox
+(SWE-bench rule, see ``swe_gym.grading``) and terminates with reward 1.0 if resolved else 0.0.
+Reaching ``max_turns`` truncates the episode (and grades the current diff unless
+``grade_on_truncation=False``).
 
-A malformed action is an observation, never an exception: ``info["invalid_action"]`` is True and
-``info["invalid_reason"]`` holds a reason code from ``swe_gym.tools.parsing``.
+``step`` never raises for what the agent sent. A malformed action is an observation:
+``info["invalid_action"]`` is True and ``info["invalid_reason"]`` holds a reason code from
+``swe_gym.tools.parsing``. A tool failure (a file the editor cannot open, a symlink out of the
+repository) is an ``ERROR: ...`` observation (``info["tool_error"]`` set when it was not the
+editor's own message). Every end sets ``info["end_reason"]`` (None while the episode runs):
+
+- ``submitted``: graded after ``submit`` (terminated);
+- ``max_turns``: the turn limit (truncated; graded unless ``grade_on_truncation=False``);
+- ``sandbox_failed``: the sandbox died (container killed, session closed) or the diff could not
+  be taken (truncated, reward 0, ``info["error"]`` says why). A shell the agent killed is not
+  this: the sandbox starts a new shell and says so in the observation;
+- ``grading_error``: the grader could not give a verdict (truncated, reward 0, ``info["error"]``).
+
+Stepping after the end, or before ``reset``, raises ``ResetNeeded``.
+
+``sandbox_options`` go to the agent's sandbox (``swe_gym.sandbox.make_sandbox``);
+``grading_sandbox_options`` to the grading sandbox (default: the same options), e.g. a larger
+memory limit or another image for the test run only.
 """
 
 from __future__ import annotations
@@ -38,6 +57,19 @@ def _interactive_message(command: str) -> str | None:
     return interactive_command_message(command)
 
 
+def _bounded(obs: str) -> str:
+    """An observation every consumer can take: within the space's length and encodable as
+    UTF-8 (a lone surrogate, e.g. from an agent's JSON escape quoted back, becomes U+FFFD)."""
+    if len(obs) > MAX_TEXT:
+        note = "\n<observation clipped>"
+        obs = obs[: MAX_TEXT - len(note)] + note
+    try:
+        obs.encode("utf-8")
+    except UnicodeEncodeError:
+        obs = obs.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return obs
+
+
 class SWEEnv(gym.Env[str, str]):
     """Multi-turn SWE environment. See the module docstring for the episode contract."""
 
@@ -56,6 +88,7 @@ class SWEEnv(gym.Env[str, str]):
         grade_on_truncation: bool = True,
         test_timeout: float = DEFAULT_TEST_TIMEOUT,
         sandbox_options: dict[str, Any] | None = None,
+        grading_sandbox_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
     ):
         if backend not in BACKENDS:
@@ -79,6 +112,11 @@ class SWEEnv(gym.Env[str, str]):
         self.grade_on_truncation = grade_on_truncation
         self.test_timeout = test_timeout
         self.sandbox_options = dict(sandbox_options or {})
+        self.grading_sandbox_options = (
+            self.sandbox_options
+            if grading_sandbox_options is None
+            else dict(grading_sandbox_options)
+        )
         self.render_mode = render_mode
         self.observation_space = UnicodeText(MAX_TEXT)
         self.action_space = UnicodeText(MAX_TEXT)
@@ -96,7 +134,9 @@ class SWEEnv(gym.Env[str, str]):
 
     # ------------------------------------------------------------------------- episode
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._close_sandbox()
         options = dict(options or {})
@@ -115,7 +155,7 @@ class SWEEnv(gym.Env[str, str]):
         self.sandbox, self.editor = sandbox, Editor(sandbox)
         self.turn, self._done = 0, False
         self._cwd, self._open_file = sandbox.workdir, None
-        obs = task_prompt(self.task.problem_statement, sandbox.workdir, self.max_turns)
+        obs = _bounded(task_prompt(self.task.problem_statement, sandbox.workdir, self.max_turns))
         self._last_obs = obs
         info = self._info(tool=None)
         info["system_prompt"] = self.system_prompt
@@ -123,46 +163,86 @@ class SWEEnv(gym.Env[str, str]):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._done or self.sandbox is None:
-            raise ResetNeeded("call reset() before step(): the episode is over or was never started")
+            raise ResetNeeded(
+                "call reset() before step(): the episode is over or was never started"
+            )
         self.turn += 1
         text = action if isinstance(action, str) else str(action)
         parsed = parse_action(text, self.action_format)
         reward, terminated, truncated = 0.0, False, False
         report: GradingReport | None = None
-        extra: dict[str, Any] = {}
+        end: dict[str, Any] = {}  # end_reason and error, once the episode ends
         if isinstance(parsed, InvalidAction):
             obs = f"Invalid action ({parsed.reason}): {parsed.message}"
             info = self._info(tool=None, invalid=parsed)
         else:
-            try:
-                if parsed.tool == "submit":
-                    report = self._grade()
-                    reward, terminated = float(report.resolved), True
-                    obs = "Submitted. " + ("The tests pass: resolved." if report.resolved else f"Not resolved ({report.reason}).")
-                else:
-                    obs = self._run_tool(parsed)
-            except SandboxError as e:
-                # The sandbox itself died (container killed, daemon gone): end the episode, say why.
-                obs = f"The sandbox failed and the episode cannot go on: {e}"
-                truncated, extra["error"] = True, str(e)
             info = self._info(tool=parsed.tool)
+            if parsed.tool == "submit":
+                report, end = self._grade()
+                if end:  # no verdict: a truncated end, not a terminal reward of 0
+                    truncated = True
+                    obs = f"Submitted, but the submission could not be graded: {end['error']}"
+                else:
+                    reward, terminated = float(report.resolved), True
+                    end = {"end_reason": "submitted"}
+                    obs = "Submitted. " + (
+                        "The tests pass: resolved."
+                        if report.resolved
+                        else f"Not resolved ({report.reason})."
+                    )
+            else:
+                obs, end = self._tool_step(parsed, info)
+                truncated = bool(end)
         if not (terminated or truncated) and self.turn >= self.max_turns:
             truncated = True
             obs += f"\n\nTurn limit ({self.max_turns}) reached; the episode is over."
+            end = {"end_reason": "max_turns"}
             if self.grade_on_truncation:
-                report = self._grade()
-                reward = float(report.resolved)
+                report, failed = self._grade()
+                end = failed or end
+                reward = float(report.resolved) if report and not failed else 0.0
         if terminated or truncated:
             self._done = True
             info["patch"] = self._last_patch if report else self._safe_diff()
             self._close_sandbox()
         info["report"] = report.to_dict() if report else None
         info["resolved"] = bool(report and report.resolved)
-        info.update(extra)
+        info.update(end)
+        obs = _bounded(obs)
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------------- tools
+
+    def _tool_step(self, call: ToolCall, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Run one tool call: ``(observation, end)``, ``end`` empty unless the sandbox died.
+
+        Whatever the agent's call provokes is an observation: the editor turns file errors into
+        ``ERROR:`` results; a ``SandboxError`` is an observation too while the sandbox still
+        answers, and ends the episode (``end_reason="sandbox_failed"``) when it does not."""
+        try:
+            return self._run_tool(call), {}
+        except SandboxError as e:
+            if self._sandbox_alive():
+                info["tool_error"] = f"SandboxError: {e}"
+                return f"ERROR: {e}" + self._prompt_line(), {}
+            return (
+                f"The sandbox failed and the episode cannot go on: {e}",
+                {"end_reason": "sandbox_failed", "error": str(e)},
+            )
+        except Exception as e:  # noqa: BLE001 - step never raises for what the agent sent
+            info["tool_error"] = f"{type(e).__name__}: {e}"
+            return (
+                f"ERROR: the {call.tool} call failed: {type(e).__name__}: {e}"
+                + self._prompt_line(),
+                {},
+            )
+
+    def _sandbox_alive(self) -> bool:
+        try:
+            return self.sandbox is not None and self.sandbox.run("true", timeout=10).exit_code == 0
+        except Exception:  # noqa: BLE001 - any failure to answer means dead
+            return False
 
     def _run_tool(self, call: ToolCall) -> str:
         assert self.sandbox is not None and self.editor is not None
@@ -184,7 +264,12 @@ class SWEEnv(gym.Env[str, str]):
             self._cwd = self._current_dir()
             return out + self._prompt_line()
         out = self.editor(call.args)
-        if call.args.get("command") in ("view", "create", "str_replace", "insert") and not out.startswith("ERROR"):
+        if call.args.get("command") in (
+            "view",
+            "create",
+            "str_replace",
+            "insert",
+        ) and not out.startswith("ERROR"):
             self._open_file = call.args["path"]
         return out + self._prompt_line()
 
@@ -201,19 +286,37 @@ class SWEEnv(gym.Env[str, str]):
     def _safe_diff(self) -> str:
         try:
             return self.sandbox.diff() if self.sandbox else ""
-        except SandboxError:
+        except Exception:  # noqa: BLE001 - the episode is ending; an empty patch says it
             return ""
 
-    def _grade(self) -> GradingReport:
+    def _grade(self) -> tuple[GradingReport | None, dict[str, Any]]:
+        """``(report, end)``: ``end`` is empty when there is a verdict, else it holds
+        ``end_reason`` (``sandbox_failed``: no diff; ``grading_error``: no verdict) and ``error``."""
         assert self.sandbox is not None and self.task is not None
-        self._last_patch = self.sandbox.diff()
-        return grade_patch(
-            self.task,
-            self._last_patch,
-            backend=self.backend,
-            sandbox_options=self.sandbox_options,
-            timeout=self.test_timeout,
-        )
+        try:
+            self._last_patch = self.sandbox.diff()
+        except Exception as e:  # noqa: BLE001
+            self._last_patch = ""
+            return None, {
+                "end_reason": "sandbox_failed",
+                "error": f"the diff failed: {type(e).__name__}: {e}",
+            }
+        try:
+            report = grade_patch(
+                self.task,
+                self._last_patch,
+                backend=self.backend,
+                sandbox_options=self.grading_sandbox_options,
+                timeout=self.test_timeout,
+            )
+        except Exception as e:  # noqa: BLE001 - grade_patch reports errors; defend anyway
+            return None, {"end_reason": "grading_error", "error": f"{type(e).__name__}: {e}"}
+        if report.reason == "grading_error":
+            return report, {
+                "end_reason": "grading_error",
+                "error": report.detail or "grading error",
+            }
+        return report, {}
 
     def _info(self, tool: str | None, invalid: InvalidAction | None = None) -> dict[str, Any]:
         return {
@@ -223,6 +326,7 @@ class SWEEnv(gym.Env[str, str]):
             "invalid_reason": invalid.reason if invalid else None,
             "tool": tool,
             "patch": "",
+            "end_reason": None,
         }
 
     # ------------------------------------------------------------------------- lifecycle
@@ -235,7 +339,10 @@ class SWEEnv(gym.Env[str, str]):
     def _close_sandbox(self) -> None:
         sandbox, self.sandbox, self.editor = self.sandbox, None, None
         if sandbox is not None:
-            sandbox.close()
+            try:
+                sandbox.close()
+            except Exception:  # noqa: BLE001 - a dead sandbox may fail to close; it is dropped
+                pass
 
     def close(self) -> None:
         self._done = True

@@ -2,8 +2,15 @@
 
 Messages follow SWE-agent's / Anthropic's editor tool so models trained on those transfer.
 File access goes through ``Sandbox.read_file``/``write_file`` (works on every backend); a
-directory listing runs ``find`` in the sandbox. An editor error is a tool result for the
-agent, not an exception.
+directory listing runs ``find`` in a subshell of the sandbox's shell, so no editor command
+moves the agent's working directory. An error the agent caused (a missing path, a symlink
+out of the repository, a directory, a permission, bytes that are not text) is a tool result
+starting with ``ERROR:``, not an exception; ``SandboxError`` (the sandbox itself failed) is
+left to the caller, which can tell a dead sandbox from a refused file.
+
+Files are decoded with ``surrogateescape`` so an edit writes back every byte it did not
+change (a Latin-1 comment survives a ``str_replace`` elsewhere); what is shown replaces
+undecodable bytes with U+FFFD.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from swe_gym.sandbox import Sandbox
 
 SNIPPET_LINES = 4
 MAX_VIEW_CHARS = 16_000
+MAX_FILE_BYTES = 10_000_000  # larger files are refused: the editor holds a file in memory
+MAX_QUOTE_CHARS = 2_000  # of the agent's old_str quoted back in an error
 
 
 class EditorError(Exception):
@@ -32,6 +41,10 @@ class Editor:
             return self._dispatch(args)
         except EditorError as e:
             return f"ERROR: {e}"
+        except (ValueError, OSError) as e:  # UnicodeError is a ValueError
+            # The sandbox refused the file (a symlink out of the repository, a directory, a
+            # permission, a name too long): the agent's doing, so a message, not a crash.
+            return f"ERROR: {_describe(e)} (path: {_quote(str(args.get('path')))})"
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -39,29 +52,54 @@ class Editor:
         root = self.sandbox.workdir.rstrip("/")
         full = posixpath.normpath(path if path.startswith("/") else posixpath.join(root, path))
         if full != root and not full.startswith(root + "/"):
-            raise EditorError(f"The path {path} is outside the repository {root}; edit files under {root}.")
+            raise EditorError(
+                f"The path {path} is outside the repository {root}; edit files under {root}."
+            )
         return full
 
     def _exists(self, full: str) -> str | None:
+        """``"dir"``, ``"file"`` or None (missing, or not a regular file: a FIFO, a device)."""
+        q = shlex.quote(full)
         res = self.sandbox.run(
-            f"if [ -d {shlex.quote(full)} ]; then echo dir; elif [ -f {shlex.quote(full)} ]; then echo file; else echo none; fi",
+            f"if [ -d {q} ]; then echo {_KIND}dir; elif [ -f {q} ]; then "
+            f"echo {_KIND}file $(stat -L -c %s {q} 2>/dev/null); else echo {_KIND}none; fi",
             timeout=30,
         )
-        kind = res.output.strip().splitlines()[-1] if res.output.strip() else "none"
-        return None if kind == "none" else kind
+        # Keyed lines: a background job of the agent may print into the same stream.
+        lines = [ln[len(_KIND) :].split() for ln in res.output.splitlines() if ln.startswith(_KIND)]
+        kind = lines[-1] if lines and lines[-1] else ["none"]
+        if (
+            kind[0] == "file"
+            and len(kind) > 1
+            and kind[1].isdigit()
+            and int(kind[1]) > MAX_FILE_BYTES
+        ):
+            raise EditorError(
+                f"{full} is {int(kind[1])} bytes, more than the editor handles ({MAX_FILE_BYTES}); "
+                "use head, tail or sed -n '10,40p' FILE."
+            )
+        return None if kind[0] == "none" else kind[0]
 
     def _read(self, full: str) -> str:
         data = self.sandbox.read_file(full)
         if b"\x00" in data[:8192]:
             raise EditorError(f"{full} is a binary file; the editor only handles text files.")
-        return data.decode("utf-8", errors="replace")
+        return data.decode("utf-8", errors="surrogateescape")
 
     def _write(self, full: str, text: str) -> None:
-        self.sandbox.write_file(full, text.encode("utf-8"))
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise EditorError(
+                f"the text holds {text[e.start : e.end]!r}, a lone surrogate, which is not valid "
+                "Unicode; nothing was written."
+            ) from None
+        self.sandbox.write_file(full, data)
 
     @staticmethod
     def _numbered(text: str, start: int = 1) -> str:
-        return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), start))
+        body = "\n".join(f"{i:6}\t{line}" for i, line in enumerate(text.split("\n"), start))
+        return _shown(body)
 
     def _snippet(self, full: str, text: str, center_line: int, n_new: int) -> str:
         lines = text.split("\n")
@@ -70,7 +108,7 @@ class Editor:
         snippet = "\n".join(lines[start:end])
         return (
             f"The file {full} has been edited. Here's the result of running `cat -n` on a snippet of {full}:\n"
-            f"{self._numbered(snippet, start + 1)}\n"
+            f"{_clip(self._numbered(snippet, start + 1), 'view a range with --view_range')}\n"
             "Review the changes and make sure they are as expected. Edit the file again if necessary."
         )
 
@@ -82,7 +120,9 @@ class Editor:
         kind = self._exists(full)
         if cmd == "create":
             if kind is not None:
-                raise EditorError(f"File already exists at: {full}. Cannot overwrite files using command `create`.")
+                raise EditorError(
+                    f"File already exists at: {full}. Cannot overwrite files using command `create`."
+                )
             text = a["file_text"]
             if text and not text.endswith("\n"):
                 text += "\n"
@@ -103,20 +143,28 @@ class Editor:
             return self._insert(full, a["insert_line"], a["new_str"])
         if cmd == "undo_edit":
             return self._undo(full)
-        raise EditorError(f"unknown command {cmd!r}; choose one of: view, create, str_replace, insert, undo_edit")
+        raise EditorError(
+            f"unknown command {cmd!r}; choose one of: view, create, str_replace, insert, undo_edit"
+        )
 
     def _view(self, full: str, kind: str, view_range: list[int] | None) -> str:
         if kind == "dir":
             if view_range:
                 raise EditorError("view_range is not allowed when path points to a directory.")
+            # A subshell: the agent's shell keeps its working directory.
             res = self.sandbox.run(
-                f"cd {shlex.quote(full)} && find . -maxdepth 2 -not -path '*/.*' | sort", timeout=30
+                f"(cd {shlex.quote(full)} && find . -maxdepth 2 -not -path '*/.*' | sort)",
+                timeout=30,
             )
             listing = "\n".join(
-                posixpath.normpath(posixpath.join(full, line)) for line in res.output.splitlines() if line.strip()
+                posixpath.normpath(posixpath.join(full, line))
+                for line in res.output.splitlines()
+                if line.strip()
             )
-            return (
-                f"Here are the files and directories up to 2 levels deep in {full}, excluding hidden items:\n{listing}"
+            return _clip(
+                "Here are the files and directories up to 2 levels deep in "
+                f"{full}, excluding hidden items:\n{listing}",
+                "list a smaller directory",
             )
         text = self._read(full)
         start = 1
@@ -124,26 +172,31 @@ class Editor:
             lines = text.split("\n")
             lo, hi = view_range
             if not 1 <= lo <= len(lines):
-                raise EditorError(f"Invalid view_range {view_range}: the first line must be in [1, {len(lines)}].")
+                raise EditorError(
+                    f"Invalid view_range {view_range}: the first line must be in [1, {len(lines)}]."
+                )
             if hi != -1 and not lo <= hi:
-                raise EditorError(f"Invalid view_range {view_range}: the end must be >= the start, or -1.")
+                raise EditorError(
+                    f"Invalid view_range {view_range}: the end must be >= the start, or -1."
+                )
             text = "\n".join(lines[lo - 1 :] if hi == -1 else lines[lo - 1 : hi])
             start = lo
-        body = self._numbered(text, start)
-        if len(body) > MAX_VIEW_CHARS:
-            body = body[:MAX_VIEW_CHARS] + "\n<response clipped: view a smaller range with --view_range>"
+        body = _clip(self._numbered(text, start), "view a smaller range with --view_range")
         return f"Here's the result of running `cat -n` on {full}:\n{body}"
 
     def _str_replace(self, full: str, old: str, new: str) -> str:
         text = self._read(full)
         count = text.count(old)
         if count == 0:
-            raise EditorError(f"No replacement was performed, old_str `{old}` did not appear verbatim in {full}.")
-        if count > 1:
-            lines = [i + 1 for i, line in enumerate(text.split("\n")) if old.split("\n")[0] in line]
             raise EditorError(
-                f"No replacement was performed. Multiple occurrences of old_str `{old}` in lines {lines}. "
-                "Please ensure it is unique."
+                f"No replacement was performed, old_str `{_quote(old)}` did not appear verbatim in {full}."
+            )
+        if count > 1:
+            first = old.split("\n", 1)[0]
+            lines = [i + 1 for i, line in enumerate(text.split("\n")) if first in line]
+            raise EditorError(
+                f"No replacement was performed. Multiple occurrences of old_str `{_quote(old)}` in lines "
+                f"{_quote(str(lines))}. Please ensure it is unique."
             )
         self._history.setdefault(full, []).append(text)
         new_text = text.replace(old, new)
@@ -156,7 +209,9 @@ class Editor:
         lines = text.split("\n")
         n = len(lines) - (1 if text.endswith("\n") else 0)
         if not 0 <= line <= n:
-            raise EditorError(f"Invalid insert_line {line}: it must be in [0, {n}] (0 inserts at the top).")
+            raise EditorError(
+                f"Invalid insert_line {line}: it must be in [0, {n}] (0 inserts at the top)."
+            )
         self._history.setdefault(full, []).append(text)
         new_lines = new.split("\n")
         if new.endswith("\n"):
@@ -174,4 +229,35 @@ class Editor:
             self.sandbox.run(f"rm -f {shlex.quote(full)}", timeout=30)
             return f"Last edit to {full} undone successfully (the file was removed)."
         self._write(full, previous)
-        return f"Last edit to {full} undone successfully. Here's the result of running `cat -n` on {full}:\n{self._numbered(previous)}"
+        body = _clip(self._numbered(previous), "view a range with --view_range")
+        return (
+            f"Last edit to {full} undone successfully. "
+            f"Here's the result of running `cat -n` on {full}:\n{body}"
+        )
+
+
+_KIND = "__swe_editor_kind__ "
+
+
+def _shown(text: str) -> str:
+    """``text`` as the agent sees it: undecodable bytes (surrogate escapes) become U+FFFD."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _clip(text: str, hint: str) -> str:
+    if len(text) <= MAX_VIEW_CHARS:
+        return text
+    return text[:MAX_VIEW_CHARS] + f"\n<response clipped: {hint}>"
+
+
+def _quote(text: str) -> str:
+    if len(text) <= MAX_QUOTE_CHARS:
+        return _shown(text)
+    return _shown(text[:MAX_QUOTE_CHARS]) + f"... ({len(text) - MAX_QUOTE_CHARS} more characters)"
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an ``OSError``/``ValueError`` from the sandbox's file access."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror  # not e.filename: that may be the host's path of the file
+    return _quote(str(e)) or type(e).__name__
