@@ -46,6 +46,27 @@ def make_samples(n: int, lo: int = 6, hi: int = 40, seed: int | None = None) -> 
     return out
 
 
+# Equivalence of two updates is checked on the gradients, not on the weights after AdamW: its
+# step is about lr * g / (|g| + eps), so where |g| is near eps (1e-8) a 3e-11 difference in
+# reduction order moves a weight by ~1e-6 (issue 16). fp32 sums of n terms differ by about
+# sqrt(n) * 1.2e-7 relative; 1e-4 of each tensor's norm leaves a wide margin for n ~ 1e4 and
+# still fails a real difference (a dropped micro-batch or position changes the norm by >1%).
+GRAD_RTOL = 1e-4
+
+
+def grads_close(a: torch.nn.Module, b: torch.nn.Module, rtol: float = GRAD_RTOL) -> float:
+    """Largest ||g_a - g_b|| / ||g_a|| over the parameters (the learner leaves the last step's
+    clipped gradients in ``.grad``); fails above ``rtol``."""
+    worst = 0.0
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, f"{name}: no gradient"
+        scale = p.grad.norm().item()
+        rel = (p.grad - q.grad).norm().item() / scale if scale else q.grad.norm().item()
+        worst = max(worst, rel)
+    assert worst <= rtol, f"largest relative gradient difference {worst} > {rtol}"
+    return worst
+
+
 def params_close(a: torch.nn.Module, b: torch.nn.Module, atol: float) -> float:
     worst = 0.0
     for (_, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
@@ -127,7 +148,7 @@ def test_packed_attention_runs_per_sequence_without_a_mask_and_matches_the_mask_
         for a, b in zip(runs["mask"][1], lp, strict=True):
             torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=2e-5, rtol=1e-5)
         assert math.isclose(metrics["loss"], runs["mask"][2]["loss"], rel_tol=1e-5)
-        params_close(model, runs["mask"][0], atol=1e-6)
+        grads_close(runs["mask"][0], model)
     # outside the learner the switched model is plain sdpa: padded batches keep their mask
     switched, plain = runs["segments"][0], copy.deepcopy(runs["segments"][0])
     plain.set_attn_implementation("sdpa")
@@ -152,13 +173,12 @@ def test_one_vs_eight_micro_batches_same_update(agg_mode):
         cfg = LearnerConfig(lr=1e-3, micro_batch_tokens=budget, agg_mode=agg_mode, loss="dapo")
         learner = Learner(model, cfg)
         m1 = learner.train_step(samples)
-        m2 = learner.train_step(samples)
-        results.append((model, m1, m2))
-    (one, a1, a2), (eight, b1, b2) = results
+        results.append((model, m1))
+    (one, a1), (eight, b1) = results
     assert a1["micro_batches"] == 1 and b1["micro_batches"] == 8
     assert math.isclose(a1["loss"], b1["loss"], rel_tol=1e-5, abs_tol=1e-7)
     assert math.isclose(a1["grad_norm"], b1["grad_norm"], rel_tol=1e-5)
-    params_close(one, eight, atol=2e-6)
+    grads_close(one, eight)
     assert params_close(one, base, atol=1.0) > 1e-4  # and the step did move the weights
 
 
@@ -168,7 +188,7 @@ def test_grad_checkpointing_gives_the_same_update_and_bf16_runs():
     plain, ckpt = copy.deepcopy(base), copy.deepcopy(base)
     Learner(plain, LearnerConfig(lr=1e-3)).train_step(samples)
     Learner(ckpt, LearnerConfig(lr=1e-3, grad_checkpointing=True)).train_step(samples)
-    params_close(plain, ckpt, atol=1e-6)
+    grads_close(plain, ckpt)
     bf = copy.deepcopy(base)
     learner = Learner(bf, LearnerConfig(lr=1e-3, bf16=True, log_entropy=True))
     m = learner.train_step(samples)
