@@ -5,6 +5,8 @@ instructions), ``step(response)`` scores the model's ``<think>/<solution>`` answ
 episode. ``reward="similarity"`` is the SWE-RL rule-based reward (``swe_gym.swerl.reward``);
 ``reward="execution"`` turns the edits into a patch and grades it by running the task's tests
 (``swe_gym.grading.grade_patch``): 1.0 resolved, 0.0 not. A format error is -1 under both.
+When grading gives no verdict (``grading_error``), the episode ends truncated with reward 0 and
+``info["end_reason"] = "grading_error"``, ``info["error"]`` saying why.
 
 The code context is the files the gold patch modifies plus ``max_context_files`` more chosen
 by ``context_selector`` (``"bm25"``, ``"none"``, ``"task"`` = the curated
@@ -185,17 +187,25 @@ class SWERLEnv(gym.Env[str, str]):
         if self.reward_kind == "execution" and result.format_ok:
             from swe_gym.grading import grade_patch  # imported on use: similarity needs no sandbox
 
-            report = grade_patch(
-                task,
-                info["patch"],
-                backend=self.backend,
-                sandbox_options=self.sandbox_options,
-                timeout=self.grading_timeout,
-            )
+            try:
+                report = grade_patch(
+                    task,
+                    info["patch"],
+                    backend=self.backend,
+                    sandbox_options=self.sandbox_options,
+                    timeout=self.grading_timeout,
+                )
+            except Exception as e:  # noqa: BLE001 - step never raises for the agent's doing
+                info.update(end_reason="grading_error", error=f"{type(e).__name__}: {e}")
+                return "", 0.0, False, True, info
             info["report"] = report.to_dict()
+            if report.reason == "grading_error":  # no verdict: truncated, not a terminal 0
+                info.update(end_reason="grading_error", error=report.detail or "grading error")
+                return "", 0.0, False, True, info
             reward = 1.0 if report.resolved else 0.0
         elif not result.format_ok:
             reward = FORMAT_ERROR_REWARD
+        info["end_reason"] = "submitted"
         return "", float(reward), True, False, info
 
     def close(self) -> None:

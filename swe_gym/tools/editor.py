@@ -58,11 +58,13 @@ class Editor:
         return full
 
     def _exists(self, full: str) -> str | None:
-        """``"dir"``, ``"file"`` or None (missing, or not a regular file: a FIFO, a device)."""
+        """``"dir"``, ``"file"``, ``"other"`` (a FIFO, a device, a dangling link: never opened,
+        since opening a FIFO blocks) or None (nothing there)."""
         q = shlex.quote(full)
         res = self.sandbox.run(
             f"if [ -d {q} ]; then echo {_KIND}dir; elif [ -f {q} ]; then "
-            f"echo {_KIND}file $(stat -L -c %s {q} 2>/dev/null); else echo {_KIND}none; fi",
+            f"echo {_KIND}file $(stat -L -c %s {q} 2>/dev/null); "
+            f"elif [ -e {q} ] || [ -L {q} ]; then echo {_KIND}other; else echo {_KIND}none; fi",
             timeout=30,
         )
         # Keyed lines: a background job of the agent may print into the same stream.
@@ -133,6 +135,11 @@ class Editor:
             return f"File created successfully at: {full}"
         if kind is None:
             raise EditorError(f"The path {full} does not exist. Please provide a valid path.")
+        if kind == "other":
+            raise EditorError(
+                f"The path {full} is not a regular file or directory (a FIFO, a device or a "
+                "broken symlink); the editor only opens regular files."
+            )
         if cmd == "view":
             return self._view(full, kind, a.get("view_range"))
         if kind == "dir":
