@@ -67,8 +67,9 @@ def packed_sdpa_forward(
                          f"{query.shape[0]}")
     kernel = varlen_kernel(query, dropout, max_length_q)
     if kernel is not None:
-        return _varlen_forward(kernel, query, key, value, cu_seq_lens_q, max_length_q,
-                               scaling), None
+        out = _varlen_forward(kernel, query, key, value, cu_seq_lens_q, max_length_q, scaling)
+        if out is not None:
+            return out, None
     bounds = cu_seq_lens_q.tolist()
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -99,14 +100,22 @@ def varlen_kernel(query: torch.Tensor, dropout: float, max_length: int | None):
 
 
 def _varlen_forward(kernel, query, key, value, cu_seq: torch.Tensor, max_len: int,
-                    scaling: float | None) -> torch.Tensor:
-    """Causal varlen attention on one packed row: ``[1, H, L, D]`` in, ``[1, L, H, D]`` out.
-    ``cu_seq`` must cover all ``L`` positions (:func:`packed_kwargs` with ``cover_padding``)."""
+                    scaling: float | None) -> torch.Tensor | None:
+    """Causal varlen attention on one packed row: ``[1, H, L, D]`` in, ``[1, L, H, D]`` out;
+    None when this torch's ``varlen_attn`` cannot express the call (a custom scale in a release
+    without ``scale``). ``cu_seq`` must cover all ``L`` positions (:func:`packed_kwargs` with
+    ``cover_padding``). Spellings differ by release: ``is_causal`` then ``window_size``; GQA
+    needs ``enable_gqa`` or repeated KV heads."""
     import inspect
 
-    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [L, heads, D]
     params = inspect.signature(kernel).parameters
     extra: dict = {}
+    if scaling is not None:
+        if "scale" in params:
+            extra["scale"] = scaling
+        elif abs(scaling - query.shape[-1] ** -0.5) > 1e-12:
+            return None
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [L, heads, D]
     if k.shape[1] != q.shape[1]:  # grouped-query attention
         if "enable_gqa" in params:
             extra["enable_gqa"] = True
@@ -117,8 +126,6 @@ def _varlen_forward(kernel, query, key, value, cu_seq: torch.Tensor, max_len: in
         extra["window_size"] = (-1, 0)  # causal
     else:
         extra["is_causal"] = True  # the first releases' spelling
-    if scaling is not None:
-        extra["scale"] = scaling
     out = kernel(q, k, v, cu_seq, cu_seq, max_len, max_len, **extra)
     return out.unsqueeze(0)
 

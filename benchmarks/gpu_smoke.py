@@ -90,9 +90,8 @@ def part_dapo(args) -> dict:
 
 def part_learner(args) -> dict:
     sys.path.insert(0, str(HERE))
-    from bench_gpu_learner import model_flops_per_token, run_row
-
     import torch
+    from bench_gpu_learner import model_flops_per_token, run_row
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shape, length = ("tiny", 512) if args.dry else ("1.5b", 65536)

@@ -180,16 +180,17 @@ def test_bf16_head_gradients_land_on_float32_parameters():
         assert err < 16 * BF16_U, err
 
 
-def _reference_varlen(with_gqa_flag: bool):
-    """A CPU stand-in for torch's CUDA varlen kernel (same signature family): causal SDPA per
-    sequence, so the test checks the plumbing (layouts, GQA, boundaries), not the kernel."""
+def _reference_varlen(release: str):
+    """A CPU stand-in for torch's CUDA varlen kernel with the signature of a torch release
+    (first: ``is_causal``, no scale, no GQA; window: ``scale``/``window_size``; gqa: +
+    ``enable_gqa``): causal SDPA per sequence, so the test checks the plumbing (layouts, GQA,
+    boundaries, spellings), not the kernel."""
     calls = []
 
     def run(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
-            enable_gqa=False):
-        calls.append({"max_q": max_q, "window": window_size, "gqa": enable_gqa,
-                      "heads": (q.shape[1], k.shape[1])})
-        assert window_size == (-1, 0) and torch.equal(cu_q, cu_k)
+            enable_gqa=False, is_causal=False):
+        calls.append({"max_q": max_q, "gqa": enable_gqa, "heads": (q.shape[1], k.shape[1])})
+        assert (window_size == (-1, 0)) != is_causal and torch.equal(cu_q, cu_k)
         assert k.shape[1] == q.shape[1] or enable_gqa
         bounds = cu_q.tolist()
         assert bounds[-1] == q.shape[0]  # every position covered
@@ -201,15 +202,18 @@ def _reference_varlen(with_gqa_flag: bool):
                 qs, ks, vs, is_causal=True, scale=scale, enable_gqa=enable_gqa).transpose(0, 1))
         return torch.cat(outs)
 
-    if not with_gqa_flag:
-        def run_old(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
-            return run(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
-        return run_old, calls
-    return run, calls
+    def first(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):
+        return run(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=is_causal)
+
+    def window(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+               window_size=(-1, -1)):
+        return run(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
+
+    return {"first": first, "window": window, "gqa": run}[release], calls
 
 
-@pytest.mark.parametrize("with_gqa_flag", [True, False])
-def test_varlen_branch_matches_per_sequence_attention(monkeypatch, with_gqa_flag):
+@pytest.mark.parametrize("release", ["first", "window", "gqa"])
+def test_varlen_branch_matches_per_sequence_attention(monkeypatch, release):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from algos import attention
@@ -236,13 +240,14 @@ def test_varlen_branch_matches_per_sequence_attention(monkeypatch, with_gqa_flag
             return model.model(input_ids=ids, position_ids=pos, **kwargs).last_hidden_state
 
     expected = hidden(attention.packed_kwargs(seg))  # the CPU per-sequence path
-    kernel, calls = _reference_varlen(with_gqa_flag)
+    kernel, calls = _reference_varlen(release)
     monkeypatch.setattr(attention, "varlen_kernel",
                         lambda q, dropout, max_length: kernel if max_length else None)
     got = hidden(attention.packed_kwargs(seg, cover_padding=True))
     assert len(calls) == 2  # one kernel call per layer, the whole row at once
-    assert calls[0]["max_q"] == 9 and calls[0]["gqa"] == with_gqa_flag
-    assert calls[0]["heads"] == ((4, 2) if with_gqa_flag else (4, 4))
+    gqa = release == "gqa"
+    assert calls[0]["max_q"] == 9 and calls[0]["gqa"] == gqa
+    assert calls[0]["heads"] == ((4, 2) if gqa else (4, 4))
     real = sum(lengths)
     torch.testing.assert_close(got[0, :real], expected[0, :real], rtol=1e-5, atol=1e-5)
 
