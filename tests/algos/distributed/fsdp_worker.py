@@ -101,7 +101,10 @@ def main() -> None:
     register_cp_attention()
     ctx = setup_distributed(cp=args.cp, device="cpu")
     model = shard_model(tiny_llama(), ctx)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    # SGD with momentum, not AdamW: its update is linear in the gradient, so reduction-order
+    # noise stays ~lr * 1e-7 in the weights (AdamW's g / (|g| + eps) blows it up near eps, issue
+    # 16); the momentum buffers still make the resumes test optimizer state through DCP.
+    optim = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, weight_decay=0.1)
     start, log, at_save = 0, [], None
     if args.resume:
         start = load_checkpoint(args.resume, model, optim, ctx)["step"]

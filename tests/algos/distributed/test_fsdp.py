@@ -21,7 +21,11 @@ from algos.distributed.fsdp import (
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
-TOL = 1e-5  # fp32; two AdamW steps at lr 1e-2 amplify 1e-7 reduction-order noise to ~3e-6
+TOL = 1e-5  # fp32 loss and gradient norm: reduction-order noise is ~1e-7 relative
+# fsdp_worker's SGD moves a weight by lr * (gradient), so two steps at lr 1e-2 turn ~1e-7
+# gradient noise into ~1e-9; 1e-6 is a wide margin that a real difference still exceeds
+PARAM_TOL = 1e-6
+GRAD_RTOL = 1e-4  # of each gradient tensor's norm (see tests/algos/test_learner.py)
 WORKER = str(HERE / "fsdp_worker.py")
 
 
@@ -89,7 +93,7 @@ def test_two_ranks_and_dp_cp_mesh_match_one_process(runs):
             assert a["tokens"] == b["tokens"]  # global loss-token count, all-reduced
             assert abs(a["loss"] - b["loss"]) < TOL, (name, a, b)
             assert abs(a["norm"] - b["norm"]) < TOL, (name, a, b)  # gradient (global norm)
-        assert _max_param_diff(one["params"], other["params"]) < TOL, name  # after 2 AdamW steps
+        assert _max_param_diff(one["params"], other["params"]) < PARAM_TOL, name  # 2 SGD steps
 
 
 @pytest.mark.parametrize("resumed", ["r1from2", "r2from2"])
@@ -99,7 +103,7 @@ def test_sharded_checkpoint_resumes_across_world_sizes(runs, resumed):
     res = runs[resumed]
     assert len(res["log"]) == 1
     assert abs(res["log"][0]["loss"] - full["log"][1]["loss"]) < TOL
-    assert _max_param_diff(full["params"], res["params"]) < TOL  # incl. AdamW moments
+    assert _max_param_diff(full["params"], res["params"]) < PARAM_TOL  # incl. momentum
 
 
 def test_export_hf_writes_one_loadable_folder(runs):
@@ -130,6 +134,11 @@ def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, t
         for a, b in zip(one["logs"], other["logs"], strict=True):
             assert a["loss_tokens"] == b["loss_tokens"]
             assert abs(a["grad_norm"] - b["grad_norm"]) < TOL, (name, a, b)
+        assert one["grads"].keys() == other["grads"].keys()
+        for k, g in one["grads"].items():  # the first step (same weights everywhere)
+            rel = (g - other["grads"][k]).norm() / g.norm().clamp_min(1e-30)
+            assert rel < GRAD_RTOL, (name, k, float(rel))
+        # the weights after two AdamW steps: as loose as its eps amplification needs (~2e-6)
         assert _max_param_diff(one["params"], other["params"]) < TOL, name
     # DistributedLearner.save_checkpoint wrote a sharded checkpoint that exports to HF
     from transformers import AutoModelForCausalLM
