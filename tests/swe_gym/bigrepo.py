@@ -103,7 +103,7 @@ def make_bigrepo(repos_dir: Path) -> dict:
     repo.mkdir(parents=True)
     git(repo, "init", "-q")
     src = {
-        "pyproject.toml": '[project]\nname = "bigpkg"\nversion = "0.1"\n\n[tool.pytest.ini_options]\nxfail_strict = true\n',
+        "pyproject.toml": '[project]\nname = "bigpkg"\nversion = "0.1"\n\n[tool.pytest.ini_options]\npythonpath = ["."]\n',
         "bigpkg/__init__.py": "",
         "bigpkg/core/__init__.py": "",
         "bigpkg/core/ranges.py": RANGES,

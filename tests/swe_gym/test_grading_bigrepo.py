@@ -78,10 +78,12 @@ def test_validator_accepts_the_gold_row(big):
 
 
 def test_curation_derives_the_full_fail_to_pass_and_pass_to_pass(big):
+    """Also: with no ``test_cmd`` curation runs grading's default, ``pytest -rA``."""
     from swe_gym.curation.validate import validate_row
 
     row, opts, _ = big
     bare = {k: v for k, v in row.items() if k not in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+    bare["install_config"] = {"env_vars": row["install_config"]["env_vars"]}
     result = validate_row(bare, "local", 300, opts)
     assert result["ok"], result.get("reason")
     assert result["FAIL_TO_PASS"] == row["FAIL_TO_PASS"]

@@ -32,7 +32,14 @@ def test_json_string_lists_are_normalised_like_lists():
 
 
 def test_swerebench_fields_and_image_and_extra_are_kept():
-    t = normalise_row(row(install_config={"test_cmd": "pytest -rA"}, docker_image="img:1", meta={"k": 1}, requirements="x==1"))
+    t = normalise_row(
+        row(
+            install_config={"test_cmd": "pytest -rA"},
+            docker_image="img:1",
+            meta={"k": 1},
+            requirements="x==1",
+        )
+    )
     assert t.install_config == {"test_cmd": "pytest -rA"}
     assert t.image_name == "img:1"
     assert t.meta == {"k": 1}
@@ -73,7 +80,9 @@ def test_load_jsonl_json_parquet_and_list_agree(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
-    loaded = [load_tasks(tmp_path / n) for n in ("t.jsonl", "t.json", "t.parquet")] + [load_tasks(rows)]
+    loaded = [load_tasks(tmp_path / n) for n in ("t.jsonl", "t.json", "t.parquet")] + [
+        load_tasks(rows)
+    ]
     for tasks in loaded:
         assert [t.instance_id for t in tasks] == ["o__r-1", "o__r-2"]
         assert tasks[1].FAIL_TO_PASS == ["t::c"]
@@ -120,3 +129,19 @@ def test_rows_without_tests_load_when_allowed():
     with pytest.raises(TaskError, match="FAIL_TO_PASS"):
         load_tasks(rows)
     assert load_tasks(rows, require_tests=False)[0].FAIL_TO_PASS == []
+
+
+def test_task_objects_with_empty_fail_to_pass_are_refused():
+    """A ``Task`` is checked like a dict row: an empty FAIL_TO_PASS would grade an empty patch 1.0."""
+    bare = Task(**{**row(), "FAIL_TO_PASS": [], "instance_id": "o__r-empty"})
+    with pytest.raises(TaskError, match=r"o__r-empty.*FAIL_TO_PASS.*empty"):
+        load_tasks([bare])
+    assert load_tasks([bare], require_tests=False) == [bare]
+
+
+def test_hub_id_without_network_fails_fast_with_a_hint(monkeypatch):
+    import swe_gym.tasks as tasks
+
+    monkeypatch.setattr(tasks, "_hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(tasks.TaskSourceError, match=r"no-owner/no-dataset.*pass tasks= a local"):
+        load_tasks("no-owner/no-dataset")
