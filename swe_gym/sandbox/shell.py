@@ -143,8 +143,11 @@ def select_victims(
 
 # Byte (as a latin-1 character) -> its spelling inside $'...': NUL dropped, ' and \\ escaped,
 # printable ASCII kept, the rest as \\xHH (at most two hex digits, so a following digit is safe).
-_ANSI_C = {b: (None if b == 0 else "\\" + chr(b) if b in (0x27, 0x5C) else f"\\x{b:02x}")
-           for b in range(256) if b in (0, 0x27, 0x5C) or not 0x20 <= b < 0x7F}
+_ANSI_C = {
+    b: (None if b == 0 else "\\" + chr(b) if b in (0x27, 0x5C) else f"\\x{b:02x}")
+    for b in range(256)
+    if b in (0, 0x27, 0x5C) or not 0x20 <= b < 0x7F
+}
 _NON_PRINTABLE = re.compile(r"[^\x20-\x7e]+")
 
 
@@ -509,7 +512,8 @@ def _simple_commands(cmd: str) -> list[list[str]]:
 # token's length); they run, and an interactive program among them ends at the timeout.
 MAX_CHECKED_COMMAND = 20_000
 _NAMES = re.compile(
-    r"(?<![\w.-])(?:" + "|".join(map(re.escape, sorted({*_INTERACTIVE, *_REPLS, "tail"}, key=len, reverse=True)))
+    r"(?<![\w.-])(?:"
+    + "|".join(map(re.escape, sorted({*_INTERACTIVE, *_REPLS, "tail"}, key=len, reverse=True)))
     + r"|python[\d.]+)(?![\w.-])"
 )
 

@@ -150,12 +150,16 @@ def _parse_fenced(text: str) -> ToolCall | InvalidAction:
         )
     body = blocks[0].strip("\n")
     if not body.strip():
-        return InvalidAction(EMPTY_COMMAND, "The fenced code block is empty; put one command in it.")
+        return InvalidAction(
+            EMPTY_COMMAND, "The fenced code block is empty; put one command in it."
+        )
     first_line, _, rest = body.partition("\n")
     words = first_line.split()
     if words[0] == "submit":
         if len(words) > 1 or rest.strip():
-            return InvalidAction(BAD_ARGUMENTS, "`submit` takes no arguments; send it alone in the block.")
+            return InvalidAction(
+                BAD_ARGUMENTS, "`submit` takes no arguments; send it alone in the block."
+            )
         return ToolCall("submit")
     if words[0] == "str_replace_editor":
         return _parse_editor_block(first_line, rest)
@@ -180,18 +184,23 @@ def _parse_editor_block(first_line: str, rest: str) -> ToolCall | InvalidAction:
     if len(words) < 3:
         return InvalidAction(
             BAD_ARGUMENTS,
-            "Usage: str_replace_editor <command> <path> [...]; commands: " + ", ".join(EDITOR_COMMANDS),
+            "Usage: str_replace_editor <command> <path> [...]; commands: "
+            + ", ".join(EDITOR_COMMANDS),
         )
     command, path, extra = words[1], words[2], words[3:]
     args: dict[str, Any] = {"command": command, "path": path}
     if command == "view":
         if extra:
             if len(extra) != 3 or extra[0] != "--view_range":
-                return InvalidAction(BAD_ARGUMENTS, "Usage: str_replace_editor view <path> [--view_range START END]")
+                return InvalidAction(
+                    BAD_ARGUMENTS, "Usage: str_replace_editor view <path> [--view_range START END]"
+                )
             try:
                 args["view_range"] = [int(extra[1]), int(extra[2])]
             except ValueError:
-                return InvalidAction(BAD_ARGUMENTS, f"--view_range needs two integers, got {extra[1:]}")
+                return InvalidAction(
+                    BAD_ARGUMENTS, f"--view_range needs two integers, got {extra[1:]}"
+                )
     elif command == "create":
         args["file_text"] = rest
     elif command == "str_replace":
@@ -201,7 +210,10 @@ def _parse_editor_block(first_line: str, rest: str) -> ToolCall | InvalidAction:
         args["old_str"], args["new_str"] = parsed
     elif command == "insert":
         if len(extra) != 1:
-            return InvalidAction(BAD_ARGUMENTS, "Usage: str_replace_editor insert <path> <line>, then the text on the next lines")
+            return InvalidAction(
+                BAD_ARGUMENTS,
+                "Usage: str_replace_editor insert <path> <line>, then the text on the next lines",
+            )
         try:
             args["insert_line"] = int(extra[0])
         except ValueError:
@@ -215,7 +227,9 @@ def _parse_editor_block(first_line: str, rest: str) -> ToolCall | InvalidAction:
             f"unknown str_replace_editor command {command!r}; choose one of: {', '.join(EDITOR_COMMANDS)}",
         )
     if command in ("view", "undo_edit") and rest.strip():
-        return InvalidAction(BAD_ARGUMENTS, f"`str_replace_editor {command}` takes no text after its first line.")
+        return InvalidAction(
+            BAD_ARGUMENTS, f"`str_replace_editor {command}` takes no text after its first line."
+        )
     return ToolCall("str_replace_editor", args)
 
 
@@ -236,7 +250,9 @@ def _search_replace(rest: str) -> tuple[str, str] | InvalidAction:
     old = "\n".join(lines[i + 1 : j])
     new = "\n".join(lines[j + 1 : k])
     if not old:
-        return InvalidAction(BAD_ARGUMENTS, "The SEARCH part is empty; it must quote the text to replace.")
+        return InvalidAction(
+            BAD_ARGUMENTS, "The SEARCH part is empty; it must quote the text to replace."
+        )
     return old, new
 
 
@@ -246,7 +262,9 @@ def _search_replace(rest: str) -> tuple[str, str] | InvalidAction:
 def _parse_json(text: str) -> ToolCall | InvalidAction:
     tagged = _tool_call_tags(text)
     if len(tagged) > 1:
-        return InvalidAction(MULTIPLE_COMMANDS, f"Your reply has {len(tagged)} <tool_call> blocks; send exactly one.")
+        return InvalidAction(
+            MULTIPLE_COMMANDS, f"Your reply has {len(tagged)} <tool_call> blocks; send exactly one."
+        )
     if tagged:
         candidates = [tagged[0].strip()]
     else:
@@ -274,10 +292,14 @@ def _parse_json(text: str) -> ToolCall | InvalidAction:
         if not isinstance(calls, list) or not calls:
             return InvalidAction(NO_COMMAND, "`tool_calls` is empty; send exactly one tool call.")
         if len(calls) > 1:
-            return InvalidAction(MULTIPLE_COMMANDS, f"{len(calls)} tool calls in one reply; send exactly one.")
+            return InvalidAction(
+                MULTIPLE_COMMANDS, f"{len(calls)} tool calls in one reply; send exactly one."
+            )
         obj = calls[0].get("function", calls[0]) if isinstance(calls[0], dict) else calls[0]
     if not isinstance(obj, dict) or "name" not in obj:
-        return InvalidAction(BAD_ARGUMENTS, 'A tool call is an object {"name": ..., "arguments": {...}}.')
+        return InvalidAction(
+            BAD_ARGUMENTS, 'A tool call is an object {"name": ..., "arguments": {...}}.'
+        )
     name, args = obj["name"], obj.get("arguments", {})
     if isinstance(args, str):
         try:
@@ -287,7 +309,9 @@ def _parse_json(text: str) -> ToolCall | InvalidAction:
     if not isinstance(args, dict):
         return InvalidAction(BAD_ARGUMENTS, "`arguments` must be an object.")
     if name not in TOOLS:
-        return InvalidAction(UNKNOWN_TOOL, f"unknown tool {name!r}; choose one of: {', '.join(TOOLS)}")
+        return InvalidAction(
+            UNKNOWN_TOOL, f"unknown tool {name!r}; choose one of: {', '.join(TOOLS)}"
+        )
     return _check_args(ToolCall(name, args))
 
 
@@ -320,7 +344,9 @@ def _check_args(call: ToolCall) -> ToolCall | InvalidAction:
     a = call.args
     if call.tool == "bash":
         if set(a) != {"command"} or not isinstance(a["command"], str):
-            return InvalidAction(BAD_ARGUMENTS, 'bash takes exactly {"command": "<shell command>"}.')
+            return InvalidAction(
+                BAD_ARGUMENTS, 'bash takes exactly {"command": "<shell command>"}.'
+            )
         if not a["command"].strip():
             return InvalidAction(EMPTY_COMMAND, "The bash command is empty.")
     elif call.tool == "submit":
@@ -330,17 +356,22 @@ def _check_args(call: ToolCall) -> ToolCall | InvalidAction:
         cmd = a.get("command")
         if cmd not in _REQUIRED:
             return InvalidAction(
-                BAD_ARGUMENTS, f"unknown str_replace_editor command {cmd!r}; choose one of: {', '.join(EDITOR_COMMANDS)}"
+                BAD_ARGUMENTS,
+                f"unknown str_replace_editor command {cmd!r}; choose one of: {', '.join(EDITOR_COMMANDS)}",
             )
         missing = [k for k in _REQUIRED[cmd] if k not in a]
         if missing:
-            return InvalidAction(BAD_ARGUMENTS, f"str_replace_editor {cmd} is missing {', '.join(missing)}.")
+            return InvalidAction(
+                BAD_ARGUMENTS, f"str_replace_editor {cmd} is missing {', '.join(missing)}."
+            )
         if cmd == "str_replace":
             a.setdefault("new_str", "")
         if cmd == "insert" and not isinstance(a["insert_line"], int):
             return InvalidAction(BAD_ARGUMENTS, "insert_line must be an integer.")
         if "view_range" in a and (
-            not isinstance(a["view_range"], list) or len(a["view_range"]) != 2 or not all(isinstance(x, int) for x in a["view_range"])
+            not isinstance(a["view_range"], list)
+            or len(a["view_range"]) != 2
+            or not all(isinstance(x, int) for x in a["view_range"])
         ):
             return InvalidAction(BAD_ARGUMENTS, "view_range must be [start, end] integers.")
         for k in ("path", "file_text", "old_str", "new_str"):
@@ -352,7 +383,9 @@ def _check_args(call: ToolCall) -> ToolCall | InvalidAction:
 def format_action(call: ToolCall, action_format: str = "fenced") -> str:
     """The inverse of ``parse_action``: the text of an action (used by the oracle and tests)."""
     if action_format == "json":
-        return "<tool_call>" + json.dumps({"name": call.tool, "arguments": call.args}) + "</tool_call>"
+        return (
+            "<tool_call>" + json.dumps({"name": call.tool, "arguments": call.args}) + "</tool_call>"
+        )
     if action_format != "fenced":
         raise unknown_choice("action_format", action_format, ACTION_FORMATS)
     a = call.args
@@ -368,7 +401,9 @@ def format_action(call: ToolCall, action_format: str = "fenced") -> str:
         elif cmd == "create":
             body = f"{head}\n{a['file_text']}"
         elif cmd == "str_replace":
-            body = f"{head}\n{_SEARCH}\n{a['old_str']}\n{_DIVIDER}\n{a.get('new_str', '')}\n{_REPLACE}"
+            body = (
+                f"{head}\n{_SEARCH}\n{a['old_str']}\n{_DIVIDER}\n{a.get('new_str', '')}\n{_REPLACE}"
+            )
         elif cmd == "insert":
             body = f"{head} {a['insert_line']}\n{a['new_str']}"
         else:
