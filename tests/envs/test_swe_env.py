@@ -208,3 +208,24 @@ def test_nothing_leaks_after_close_or_an_exception(make_env):
     dirs1, procs1 = _leftovers()
     assert dirs1 - dirs0 == set()
     assert procs1 - procs0 == set()
+
+
+@pytest.mark.parametrize("grading", [None, {"memory_limit": "2g"}])
+def test_grading_sandbox_options_go_to_the_grader_only(make_env, mini_repo, monkeypatch, grading):
+    import envs.swe_env as swe_env_module
+    from swe_gym.grading import grade_patch
+
+    seen = []
+
+    def spy(task, patch, *, sandbox_options=None, **kw):
+        seen.append(sandbox_options)
+        return grade_patch(task, patch, sandbox_options={"repos_dir": str(mini_repo[1])}, **kw)
+
+    monkeypatch.setattr(swe_env_module, "grade_patch", spy)
+    kw = {} if grading is None else {"grading_sandbox_options": grading}
+    env = make_env(**kw)
+    env.reset(seed=0)
+    assert env.unwrapped.sandbox_options == {"repos_dir": str(mini_repo[1])}
+    _, _, terminated, _, info = env.step(fenced("submit"))
+    assert terminated and info["end_reason"] == "submitted"
+    assert seen == [grading or {"repos_dir": str(mini_repo[1])}]
