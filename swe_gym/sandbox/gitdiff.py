@@ -61,7 +61,7 @@ if [ -s "$scratch/nested" ]; then
   sort -z < "$scratch/ign" > "$scratch/ignored"
   comm -z -23 "$scratch/files" "$scratch/ignored" | g update-index --add --replace -z --stdin
 fi
-g diff --cached --binary --no-color --no-ext-diff --no-textconv --full-index "$BASE"
+g diff --cached --binary --no-color --no-ext-diff --no-textconv "$BASE"
 """
 
 

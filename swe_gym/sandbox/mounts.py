@@ -140,6 +140,7 @@ def bwrap_mounts(
     args += [
         "--dev", "/dev",
         "--perms", "01777", "--size", str(shm_size_mb << 20), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",  # its tmpfs is the caller's in a user namespace: no cap on it
         "--proc", "/proc",
         "--perms", "0755", "--dir", "/sys",
         "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",

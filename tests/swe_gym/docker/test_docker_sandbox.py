@@ -24,6 +24,7 @@ def test_isolation_defaults_and_labels(make_sandbox, run_id, starter):
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 256 and host["Memory"] == 2048 * 2**20 and host["NanoCpus"] == 10**9
     assert attrs["Mounts"] == [] and not host.get("Binds")
+    assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=512m,mode=1777"}  # a capped /tmp
     labels = attrs["Config"]["Labels"]
     assert labels["owner"] == "swe-gym" and labels["swe-gym.run"] == run_id
     assert (
