@@ -38,6 +38,7 @@ from algos.attention import ATTN_NAME, packed_forward, packed_kwargs, use_packed
 from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.data import MicroBatch, Sample, pack_samples, pad_samples
 from algos.logprobs import model_token_logprobs
+from algos.precision import BF16ComputeCopy, setup_cuda
 from swe_gym.errors import unknown_choice
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,11 @@ class LearnerConfig:
     bf16: bool = False
     """Run the transformer under bfloat16 autocast (parameters and optimiser stay as they are);
     on CUDA the log-prob head's GEMMs run in bfloat16 too (float32 softmax and accumulation)."""
+    bf16_compute_copy: bool | None = None
+    """With bf16: forward/backward on a bf16 copy of the weights, refreshed from the float32
+    master weights once per step, gradients summed back in float32 (algos.precision), instead
+    of autocast's per-op casts. None: on CUDA in one process (FSDP2 mixed precision does it
+    under torchrun); True: also on CPU."""
     liger: bool = True
     """On CUDA, patch the model with Liger's fused RMSNorm/SwiGLU/RoPE kernels when the
     optional liger-kernel package is installed (never used on CPU)."""
@@ -122,29 +128,6 @@ class LearnerConfig:
             raise unknown_choice("kl_estimator", self.kl_estimator, core.KL_ESTIMATORS)
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
-
-
-def setup_cuda(model: nn.Module, config: LearnerConfig) -> None:
-    """CUDA-only speed settings (the CPU path never runs this): TF32 for the float32 matmuls
-    that remain (process-wide), and Liger's fused kernels when installed and asked for."""
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9 names the precision
-        matmul.fp32_precision = "tf32"
-    else:
-        matmul.allow_tf32 = True
-    if config.liger:
-        try:
-            from liger_kernel.transformers import _apply_liger_kernel_to_instance
-        except ImportError:
-            return
-        try:  # the loss stays ours (chunked log-probs): only the layer kernels are swapped
-            _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True,
-                                            cross_entropy=False, fused_linear_cross_entropy=False)
-        except Exception as e:  # noqa: BLE001 - an optional speed-up must not stop training
-            log.warning("liger kernels not applied to %s: %s: %s", type(model).__name__,
-                        type(e).__name__, e)
-        else:
-            log.info("liger kernels applied to %s", type(model).__name__)
 
 
 @dataclass
@@ -226,7 +209,12 @@ class Learner:
                     use_packed_attention(m)
         on_cuda = self.device.type == "cuda"
         if on_cuda:
-            setup_cuda(model, config)
+            setup_cuda(model, config.liger)
+        use_copy = config.bf16_compute_copy
+        if use_copy is None:  # a sharded learner (a ctx) gets it from FSDP2 instead
+            use_copy = on_cuda and getattr(self, "ctx", None) is None
+        self.compute: BF16ComputeCopy | None = (
+            BF16ComputeCopy(model) if config.bf16 and use_copy else None)
         params = [p for p in model.parameters() if p.requires_grad]
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
@@ -269,6 +257,8 @@ class Learner:
             ctx = packed_forward()
         else:
             kwargs["attention_mask"] = mb.attention_mask(impl, mask_dtype)
+        # a bf16 compute copy needs no autocast (its weights are bf16 already)
+        low_params = self.compute is not None and model is self.compute.module
         with ctx:
             out = model_token_logprobs(
                 model,
@@ -277,7 +267,7 @@ class Learner:
                 temperature=cfg.temperature,
                 chunk_size=cfg.logprob_chunk_size,
                 return_entropy=with_entropy,
-                autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+                autocast_dtype=torch.bfloat16 if cfg.bf16 and not low_params else None,
                 head_dtype=torch.bfloat16 if cfg.bf16 and on_cuda else None,
                 **kwargs,
             )
@@ -350,12 +340,16 @@ class Learner:
         with_entropy = cfg.log_entropy or cfg.entropy_coef != 0
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        net = self.model
+        if self.compute is not None:
+            self.compute.load_master()
+            net = self.compute.module.train()
         agg = _Metrics()
         total_loss = 0.0
         bad: str | None = None
         for mb in batches:
             mb = mb.to(self.device)
-            lp, ent = self._batch_logprobs(self.model, mb, with_entropy)
+            lp, ent = self._batch_logprobs(net, mb, with_entropy)
             norm = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
                     "global_seq_count": global_seqs}
             loss, metrics = self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
@@ -375,6 +369,8 @@ class Learner:
                 bad = f"non-finite loss {loss.item()}"
                 break
             loss.backward()
+            if self.compute is not None:
+                self.compute.add_grads_to_master()
             total_loss += loss.item()
             agg.add(metrics, weight=float(mb.loss_mask.sum()))
 

@@ -279,3 +279,52 @@ def test_cpu_learner_keeps_the_plain_optimizer():
                                          num_hidden_layers=1, num_attention_heads=2))
     learner = Learner(model, LearnerConfig(bf16=True))
     assert not learner.optimizer.defaults.get("fused")  # fused AdamW only on CUDA
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_bf16_compute_copy_trains_float32_master_weights(tied):
+    """The CUDA default (forced here on CPU): forward/backward on a bf16 copy, float32 master
+    weights and gradients. Its gradients must be as close to the float32 ones as autocast's."""
+    import copy as copy_mod
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from algos.data import Sample
+    from algos.learner import Learner, LearnerConfig
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                         tie_word_embeddings=tied)
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(config)
+    gen = torch.Generator().manual_seed(0)
+    samples = []
+    for i in range(6):
+        n = int(torch.randint(12, 40, (1,), generator=gen))
+        mask = [0] * (n // 3) + [1] * (n - n // 3)
+        samples.append(Sample(torch.randint(0, 128, (n,), generator=gen).tolist(), mask,
+                              old_logprobs=[-4.8 * m for m in mask],
+                              advantage=float(torch.randn(1, generator=gen)), sample_id=i))
+    models, learners = {}, {}
+    for mode in ("fp32", "autocast", "copy"):
+        models[mode] = copy_mod.deepcopy(base)
+        learners[mode] = Learner(models[mode], LearnerConfig(
+            lr=1e-3, bf16=mode != "fp32", bf16_compute_copy=mode == "copy",
+            micro_batch_tokens=64, grad_checkpointing=True))
+        learners[mode].train_step(samples)
+    compute = learners["copy"].compute
+    assert learners["autocast"].compute is None and learners["fp32"].compute is None
+    assert {p.dtype for p in models["copy"].parameters()} == {torch.float32}
+    assert {p.dtype for p in compute.module.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in compute.module.buffers()} <= {torch.float32}  # rope stays fp32
+    if tied:
+        assert compute.module.lm_head.weight is compute.module.model.embed_tokens.weight
+
+    def worst(mode):  # the learner leaves the last step's gradients in .grad
+        return max(float((a.grad - b.grad).norm() / a.grad.norm()) for a, b in zip(
+            models["fp32"].parameters(), models[mode].parameters(), strict=True))
+
+    assert worst("copy") < 8 * BF16_U and worst("copy") < 4 * worst("autocast")
+    compute.load_master()  # the next step starts from the updated master weights
+    for master, low in compute.pairs:
+        assert torch.equal(low, master.detach().to(torch.bfloat16))
