@@ -16,6 +16,11 @@ A non-finite loss or gradient norm skips the step (no update, counted in ``skipp
 and logged). RFT = ``loss="sft"``; GRPO = ``loss="ppo"`` with ``kl_coef > 0``; DAPO =
 ``loss="dapo"`` with ``agg_mode="token-mean"`` (methods.md 3-5). The model is any Hugging Face
 causal LM; this module never imports agents or envs.
+
+On CUDA (and only there; the CPU path is unchanged) with ``bf16``: forward/backward on a bf16
+copy of the float32 master weights (:mod:`algos.precision`), the log-prob head in bf16 GEMMs
+with float32 softmax, packed rows on the varlen flash/cuDNN kernel (:mod:`algos.attention`),
+fused AdamW, TF32 for float32 leftovers, Liger's kernels when installed.
 """
 
 from __future__ import annotations
