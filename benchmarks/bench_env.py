@@ -5,7 +5,9 @@
 Side by side in one run: a fresh `bash -c` per command and a fresh bubblewrap sandbox per command
 (the naive designs) against `env.step` through the persistent session (parsing, tool and
 observation formatting included); `reset()` on a generated 1,000-file repository; grading a
-starter task (oracle patch). Prints a table and writes benchmarks/results/bench_env.json.
+starter task (oracle patch); 5 MB actions (a reply of reasoning then one command, a 5 MB file
+through the editor, and parsing alone on adversarial 5 MB replies). Prints a table and writes
+benchmarks/results/bench_env.json.
 """
 
 from __future__ import annotations
@@ -71,7 +73,26 @@ def main() -> None:
     action = "```\ntrue\n```"
     rows["env.step('true') persistent session"] = _median_ms(lambda: env.step(action), args.steps)
     task_id = env.unwrapped.task.instance_id
+
+    five_mb = 5_000_000
+    reply = "I think " * (five_mb // 8) + "\n```\ntrue\n```"
+    rows["env.step: 5 MB reply (reasoning + one command)"] = _median_ms(lambda: env.step(reply), 3)
+    body = "x = 1  # a line of code\n" * (five_mb // 24)
+    creates = iter(range(10**6))
+    rows["env.step: 5 MB file via str_replace_editor create"] = _median_ms(
+        lambda: env.step(f"```\nstr_replace_editor create big{next(creates)}.py\n{body}```"), 3
+    )
     env.close()
+
+    from swe_gym.tools.parsing import parse_action
+
+    for name, text in {
+        "200k backticks": "`" * 200_000,
+        "5 MB of fence lines": "```\n" * (five_mb // 4),
+        "5 MB of unclosed fences": "```x\n" * (five_mb // 5),
+        "5 MB of $( in one block": "```\n" + "$(" * (five_mb // 2) + "\n```",
+    }.items():
+        rows[f"parse_action: {name}"] = _median_ms(lambda t=text: parse_action(t), 3)
 
     with tempfile.TemporaryDirectory() as d:
         row = big_repo_task(Path(d))

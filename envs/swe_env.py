@@ -130,7 +130,7 @@ class SWEEnv(gym.Env[str, str]):
         self._cwd = ""
         self._open_file: str | None = None
         self._last_obs = ""
-        self._last_patch = ""
+        self._last_patch: str | None = None
 
     # ------------------------------------------------------------------------- episode
 
@@ -170,6 +170,7 @@ class SWEEnv(gym.Env[str, str]):
         text = action if isinstance(action, str) else str(action)
         parsed = parse_action(text, self.action_format)
         reward, terminated, truncated = 0.0, False, False
+        self._last_patch = None  # set by _grade once it took the diff
         report: GradingReport | None = None
         end: dict[str, Any] = {}  # end_reason and error, once the episode ends
         if isinstance(parsed, InvalidAction):
@@ -203,7 +204,7 @@ class SWEEnv(gym.Env[str, str]):
                 reward = float(report.resolved) if report and not failed else 0.0
         if terminated or truncated:
             self._done = True
-            info["patch"] = self._last_patch if report else self._safe_diff()
+            info["patch"] = self._last_patch if self._last_patch is not None else self._safe_diff()
             self._close_sandbox()
         info["report"] = report.to_dict() if report else None
         info["resolved"] = bool(report and report.resolved)
@@ -296,7 +297,7 @@ class SWEEnv(gym.Env[str, str]):
         try:
             self._last_patch = self.sandbox.diff()
         except Exception as e:  # noqa: BLE001
-            self._last_patch = ""
+            self._last_patch = ""  # nothing to report, nor to try again
             return None, {
                 "end_reason": "sandbox_failed",
                 "error": f"the diff failed: {type(e).__name__}: {e}",

@@ -42,6 +42,7 @@ _TOOL_OPEN, _TOOL_CLOSE = "<tool_call>", "</tool_call>"
 MAX_EDITOR_LINE = 8192
 # Fenced blocks (see fenced_blocks): these patterns cannot backtrack more than one line's run.
 _CLOSER = re.compile(r"^(`{3,}|~{3,})[ \t]*$", re.M)
+_ANY_OPENER = re.compile(r"^(?:```|~~~)", re.M)
 _COUNT_LIMIT = 100  # blocks counted for the "multiple blocks" message
 _RUN = {"`": re.compile(r"`+"), "~": re.compile(r"~+")}
 _SEARCH = "<<<<<<< SEARCH"
@@ -84,14 +85,9 @@ def fenced_blocks(text: str, limit: int | None = None) -> list[str]:
     ``^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$`` (re.S | re.M) matched, without its quadratic
     backtracking on long fence runs or many unclosed openings. ``limit``: stop after that many.
     """
-    # closers[(char, run)]: ascending offsets of the lines that can close a fence of that run;
-    # runs[char]: the distinct runs that may still have a closer below the current line.
-    closers: dict[tuple[str, int], list[int]] = {}
-    for m in _CLOSER.finditer(text):
-        closers.setdefault((m.group(1)[0], len(m.group(1))), []).append(m.start())
-    runs = {c: sorted(k for ch, k in closers if ch == c) for c in "`~"}
+    closers = _Closers(text)
     blocks: list[str] = []
-    opener = _opener(runs)
+    opener: re.Pattern[str] | None = _ANY_OPENER
     pos = 0
     while opener is not None and len(blocks) != limit:
         m = opener.search(text, pos)
@@ -103,21 +99,22 @@ def fenced_blocks(text: str, limit: int | None = None) -> list[str]:
             break
         c = text[start]
         run = _RUN[c].match(text, start).end() - start
-        avail = runs[c]
-        i = bisect.bisect_right(avail, run) - 1
-        close = None
-        while i >= 0:  # longest run first; a run with no closer below is dropped for good
-            offsets = closers[(c, avail[i])]
-            j = bisect.bisect_right(offsets, start)
-            if j < len(offsets):
-                close = offsets[j]
-                break
-            del avail[i]
-            i -= 1
+        close = closers.first_after((c, run), start)
+        if close is None:  # a shorter run, longest first: needs every closer, now all scanned
+            avail = closers.runs[c]
+            i = bisect.bisect_right(avail, run) - 1
+            while i >= 0:  # a run with no closer below this line is dropped for good
+                offsets = closers.found[(c, avail[i])]
+                j = bisect.bisect_right(offsets, start)
+                if j < len(offsets):
+                    close = offsets[j]
+                    break
+                del avail[i]
+                i -= 1
         if close is None:
-            # Every run this line could use is gone: only longer openings can match from here,
-            # so the regex skips the hopeless lines in C and each failure here drops a run.
-            opener = _opener(runs)
+            # Only openings longer than every run dropped can match from here: the regex
+            # skips the hopeless lines in C, and each failure that reaches here drops a run.
+            opener = _opener(closers.runs)
             pos = eol + 1
             continue
         blocks.append(text[eol + 1 : close])
@@ -126,6 +123,39 @@ def fenced_blocks(text: str, limit: int | None = None) -> list[str]:
             break
         pos = end + 1
     return blocks
+
+
+class _Closers:
+    """The lines that can close a fence, scanned lazily: ``found[(char, run)]`` holds their
+    offsets in order; the scan goes only as far as a query needs (a reply with many blocks
+    stops at ``limit`` without scanning the rest), and ``runs`` (the distinct runs per char,
+    for the shorter-run fallback) exists once the scan reached the end."""
+
+    def __init__(self, text: str):
+        self.found: dict[tuple[str, int], list[int]] = {}
+        self._stream = _CLOSER.finditer(text)
+        self._runs: dict[str, list[int]] | None = None
+
+    def first_after(self, key: tuple[str, int], start: int) -> int | None:
+        offsets = self.found.get(key)
+        if offsets:
+            j = bisect.bisect_right(offsets, start)
+            if j < len(offsets):
+                return offsets[j]
+        if self._runs is not None:
+            return None
+        for m in self._stream:  # everything found so far lies before start, or is not key
+            k = (m.group(1)[0], len(m.group(1)))
+            self.found.setdefault(k, []).append(m.start())
+            if k == key and m.start() > start:
+                return m.start()
+        self._runs = {c: sorted(k for ch, k in self.found if ch == c) for c in "`~"}
+        return None
+
+    @property
+    def runs(self) -> dict[str, list[int]]:
+        assert self._runs is not None, "runs are known once first_after scanned to the end"
+        return self._runs
 
 
 def _opener(runs: dict[str, list[int]]) -> re.Pattern[str] | None:
