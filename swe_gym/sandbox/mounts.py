@@ -1,8 +1,9 @@
 """What a local (bubblewrap) sandbox sees: an allow list, never the host's tree.
 
 Read-only: ``/usr`` and the ``/bin``, ``/sbin``, ``/lib*`` links (or directories), a minimal
-``/etc`` (``ETC_ALLOW``: users and groups, the loader's cache, certificates, alternatives, time
-zone, name-service and locale files; no secrets, no host tool configuration), the Python
+``/etc`` (a cached copy of ``ETC_ALLOW``: users and groups, the loader's cache, certificates,
+alternatives, time zone, name-service and locale files; no secrets such as ``shadow`` or
+``ssl/private``, no host tool configuration such as ``gitconfig`` or ``pip.conf``), the Python
 interpreter's prefixes (``sys.prefix``, ``sys.base_prefix``), ``$PYENV_ROOT`` and the other
 directories on ``PATH``, and the objects of the task's base commit. Writable: ``/testbed`` (the
 working copy) and size-capped tmpfs at ``/tmp`` and ``/dev/shm``. Everything else, the root
@@ -16,9 +17,13 @@ tmpfs wherever they fall inside something bound.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import glob
+import hashlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +71,75 @@ def _sibling_spec(name: str, here: Path):  # noqa: ANN202 - a ModuleSpec or None
         return importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
+
+
+def prepared_etc() -> str:
+    """The sandbox's ``/etc`` (see ``_prepared_etc``), rebuilt if it went missing."""
+    path = _prepared_etc(str(cache_root()))
+    if not os.path.isdir(path):
+        _prepared_etc.cache_clear()
+        path = _prepared_etc(str(cache_root()))
+    return path
+
+
+@functools.cache
+def _prepared_etc(cache: str) -> str:
+    """A copy of the allowed ``/etc`` entries, bound as the sandbox's ``/etc`` in one mount
+    (one bind per entry made each sandbox start tens of milliseconds slower). Kept in the
+    toolkit cache under a hash of the entries' paths, sizes and times, so a changed host
+    ``/etc`` gets a new copy; computed once per process."""
+    entries = sorted({p for pat in ETC_ALLOW for p in glob.glob(os.path.join("/etc", pat))})
+    stamp = []
+    for top in entries:
+        walk = [(top, [], [])] if not os.path.isdir(top) else os.walk(top)
+        for d, _, files in walk:
+            for p in [d, *(os.path.join(d, f) for f in files)]:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(p)
+                    stamp.append((p, st.st_size, st.st_mtime_ns, st.st_mode))
+    key = hashlib.sha256(repr(stamp).encode()).hexdigest()[:16]
+    dest = Path(cache) / "etc" / key
+    if (dest / "done").is_file():
+        return str(dest / "etc")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".etc.", dir=dest.parent))
+    try:
+        etc = tmp / "etc"
+        etc.mkdir(mode=0o755)
+        for top in entries:
+            name = os.path.relpath(top, "/etc")
+            if os.path.isdir(top) and not os.path.islink(top):
+                shutil.copytree(
+                    top,
+                    etc / name,
+                    symlinks=True,
+                    ignore=_skip_private,
+                    ignore_dangling_symlinks=True,
+                )
+            else:
+                shutil.copy2(top, etc / name, follow_symlinks=False)
+        for d, dirs, files in os.walk(tmp):  # readable by any sandbox uid
+            for n in dirs + files:
+                p = os.path.join(d, n)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o755 if os.path.isdir(p) else 0o644)
+        os.chmod(tmp, 0o755)
+        (tmp / "done").write_text(key + "\n")
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another process made it first
+            if not (dest / "done").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(dest / "etc")
+
+
+def _skip_private(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if os.path.join(directory, n) in _ETC_MASK_PATHS]
+
+
+_ETC_MASK_PATHS = {os.path.join("/etc", m) for m in ETC_MASK}
 
 
 def _inside(path: str, root: str) -> bool:
@@ -155,13 +229,10 @@ def bwrap_mounts(
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    args += ["--perms", "0755", "--dir", "/etc"]
-    for pattern in ETC_ALLOW:
-        for path in sorted(glob.glob(os.path.join("/etc", pattern))):
-            args += ["--ro-bind-try", path, path]
+    args += ["--ro-bind", prepared_etc(), "/etc"]
     if identity is not None:
         args += ["--ro-bind", identity[0], "/etc/passwd", "--ro-bind", identity[1], "/etc/group"]
-    masks = [p for p in (os.path.join("/etc", m) for m in ETC_MASK) if os.path.isdir(p)]
+    masks: list[str] = []
     bound = ["/usr", "/etc"]
     for d in toolchain_dirs():
         args += [*_parent_dirs(d, made), "--ro-bind", d, d]

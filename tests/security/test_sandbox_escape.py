@@ -336,3 +336,27 @@ def test_concurrent_builders_share_one_pack(task, tmp_path, monkeypatch):
     packs = list((results[0].objects / "pack").glob("pack-*.pack"))
     assert len(packs) == 1
     assert not [p for p in results[0].objects.parents[1].iterdir() if p.name.startswith(".")]
+
+
+def test_host_secrets_and_tool_configs_in_etc_are_not_shown(tmp_path):
+    from swe_gym.sandbox.local import LocalSandbox
+    from swe_gym.starter import starter_tasks
+
+    hidden = [
+        "shadow",
+        "gshadow",
+        "ssl/private",
+        "gitconfig",
+        "pip.conf",
+        "npmrc",
+        "ssh",
+        "sudoers",
+    ]
+    with LocalSandbox(starter_tasks()[0]) as sb:
+        r = sb.run("; ".join(f"test -e /etc/{h} && echo SEEN {h}" for h in hidden) + "; true")
+        assert "SEEN" not in r.output, r.output
+        # What programs need is there: users, the loader cache, certificates.
+        r = sb.run(
+            "getent passwd root | cut -d: -f1; test -s /etc/ld.so.cache && echo ld; ls /etc/ssl/certs | head -1"
+        )
+        assert r.output.split()[:2] == ["root", "ld"], r.output
