@@ -12,7 +12,11 @@ The bash session is ``swe_gym.sandbox.shell`` (shared with the local backend) ov
 whose output arrives as 8-byte-header multiplexed frames. Per-command timeouts kill the
 command's process groups with a second exec; when that is impossible (a fork bomb at the pids
 limit) the container's processes are all killed and it is started again (files kept).
-Files go through the archive API (``get_archive`` / ``put_archive``), not the shell.
+Files go through the archive API (``swe_gym.sandbox.docker_files``), not the shell; the diff
+is taken by a fresh exec with a clean environment and a private git dir, never by the agent's
+shell or its ``.git/config`` (``swe_gym.sandbox.gitdiff``). Disk: ``/tmp`` is a tmpfs capped
+at ``tmp_size_mb`` ("No space left on device" past it); the container's writable layer
+(``/testbed`` included) is not capped by this class.
 
 Many environments in parallel: each ``DockerSandbox`` is independent and thread-safe to use
 from its own thread; starts are capped process-wide (``SWE_GYM_DOCKER_MAX_STARTS``, default 8)
@@ -21,17 +25,10 @@ and retried on transient daemon errors.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import io
-import json
 import os
-import posixpath
-import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from swe_gym.docker_daemon import get_client, host_of, is_connection_error, unavailable
@@ -39,6 +36,7 @@ from swe_gym.errors import SandboxError, SandboxUnavailable, unknown_choice
 from swe_gym.images import PULL_POLICIES, WORKDIR, ensure_image
 from swe_gym.reap import LABEL_EPISODE, LABEL_OWNER, LABEL_RUN, LABEL_STARTED, LABEL_TASK, OWNER
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
+from swe_gym.sandbox.docker_files import DockerFiles
 from swe_gym.sandbox.docker_transport import DockerExecTransport
 from swe_gym.sandbox.gitdiff import DIFF_SCRIPT, diff_env
 from swe_gym.tasks import Task
@@ -70,7 +68,7 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
-class DockerSandbox:
+class DockerSandbox(DockerFiles):
     """A task's repository in a fresh container with a persistent bash session. See module doc."""
 
     workdir = WORKDIR
@@ -385,133 +383,6 @@ class DockerSandbox:
         result.restarted = True
         result.output += PIDS_MESSAGE.format(n=self.pids_limit)
         return True
-
-    # ---------------------------------------------------------------------------------- files
-
-    def _abs(self, path: str) -> str:
-        """``path`` inside the workspace as an absolute path; ValueError if it leaves it
-        (``..``, an absolute path elsewhere, or a symlink pointing out)."""
-        p = posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
-        if not self._inside(p):
-            raise ValueError(f"path {path!r} is outside the workspace {self.workdir}")
-        # A symlinked component could point out: resolve it in the container when there is one.
-        rel = posixpath.relpath(p, self.workdir)
-        cur = self.workdir
-        for part in [] if rel == "." else rel.split("/"):
-            cur = posixpath.join(cur, part)
-            st = self._stat(cur)
-            if st is None:
-                break  # does not exist (yet): nothing further can be a symlink
-            if st.get("mode", 0) & (1 << 27):  # Go's os.ModeSymlink
-                r = self.container.exec_run(["realpath", "-m", "--", p])
-                real = r.output.decode(errors="replace").strip()
-                if r.exit_code != 0 or not self._inside(real):
-                    raise ValueError(f"path {path!r} is outside the workspace {self.workdir}")
-                return real
-        return p
-
-    def _inside(self, p: str) -> bool:
-        return p == self.workdir or p.startswith(self.workdir.rstrip("/") + "/")
-
-    def _resolve(self, path: str) -> str:
-        """The absolute in-container path; ValueError outside ``workdir``, SandboxError if gone."""
-        self._require()
-        try:
-            return self._abs(path)
-        except ValueError:
-            raise
-        except Exception as e:
-            raise self._container_gone(e) from None
-
-    @contextlib.contextmanager
-    def _file_errors(self, path: str, verb: str) -> Iterator[None]:
-        """The editor's error types for what the daemon says about a path. The archive API
-        resolves paths in the container's root (never the host's), but a command racing the
-        call (a symlink swapped in a loop) makes it fail in many ways; none may pass as the
-        container being gone, and the daemon's messages (which name host paths) stay out."""
-        try:
-            yield
-        except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise
-        except SandboxError:
-            raise
-        except Exception as e:
-            import docker.errors
-
-            if isinstance(e, docker.errors.NotFound) and "no such container" not in str(e).lower():
-                raise FileNotFoundError(f"{path} does not exist in the sandbox") from None
-            if not is_connection_error(e) and self._running():
-                raise OSError(
-                    f"cannot {verb} {path!r} in the sandbox: a file, a dangling symlink or a "
-                    "special file is on the way, or it changed meanwhile"
-                ) from None
-            raise self._container_gone(e) from None
-
-    def read_file(self, path: str) -> bytes:
-        """The bytes of ``path`` (relative to ``workdir`` unless absolute); ValueError outside
-        it, FileNotFoundError, IsADirectoryError (also for non-files), OSError otherwise."""
-        p = self._resolve(path)
-        with self._file_errors(path, "read"):
-            st = self._stat(p)
-            if st and st.get("mode", 0) & (1 << 31):  # Go's os.ModeDir: never tar a whole tree
-                raise IsADirectoryError(f"{p} is a directory")
-            stream, _ = self.client.api.get_archive(self.container.id, p)
-            data = b"".join(stream)
-            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                member = tar.next()
-                if member is None or not member.isfile():
-                    kind = "a directory" if member and member.isdir() else "not a regular file"
-                    raise IsADirectoryError(f"{p} is {kind}")
-                f = tar.extractfile(member)
-                return f.read() if f else b""
-
-    def _stat(self, p: str) -> dict[str, Any] | None:
-        res = self.client.api.head(
-            self.client.api._url("/containers/{0}/archive", self.container.id), params={"path": p}
-        )
-        if res.status_code != 200:
-            return None
-        header = res.headers.get("X-Docker-Container-Path-Stat")
-        return json.loads(base64.b64decode(header)) if header else None
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write ``path`` (parents created; an existing file keeps its mode)."""
-        import docker.errors
-
-        p = self._resolve(path)
-        raw = data.encode() if isinstance(data, str) else bytes(data)
-        parent, name = posixpath.split(p)
-        with self._file_errors(path, "write"):
-            st = self._stat(p)
-            mode = (st["mode"] & 0o7777) if st and st.get("mode") is not None else 0o644
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                info = tarfile.TarInfo(name)
-                info.size = len(raw)
-                info.mode = mode
-                info.mtime = int(time.time())
-                tar.addfile(info, io.BytesIO(raw))
-            try:
-                ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
-            except docker.errors.NotFound as e:
-                if "no such container" in str(e).lower() or not self._mkdir(parent):
-                    raise
-                ok = self.client.api.put_archive(self.container.id, parent, buf.getvalue())
-            if not ok:
-                raise OSError(f"writing {p} failed")
-
-    def _running(self) -> bool:
-        try:
-            self.container.reload()
-            return bool(self.container.attrs.get("State", {}).get("Running"))
-        except Exception:
-            return False
-
-    def _mkdir(self, path: str) -> bool:
-        try:
-            return self.container.exec_run(["mkdir", "-p", "--", path]).exit_code == 0
-        except Exception:
-            return False
 
     def diff(self) -> str:
         """``git diff`` against ``base_commit`` with new (untracked, not ignored) files included,
