@@ -342,6 +342,56 @@ def _is_generator(nodes: list[ast.AST]) -> bool:
     return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes)
 
 
+class _Checker:
+    """Does a mutant parse and differ from the original as an AST? Checked on the function's
+    own lines (dedented), not the whole file: a large module has thousands of candidates."""
+
+    def __init__(self, src: SourceFile, tree: ast.Module):
+        self.src, self.tree = src, tree
+        self._funcs: dict[int, tuple[int, str, str] | None] = {}
+        self._module: str | None = None
+
+    @staticmethod
+    def _dedent(text: str, indent: str) -> str | None:
+        out = []
+        for line in text.splitlines(keepends=True):
+            if line.startswith(indent):
+                out.append(line[len(indent) :])
+            elif not line.strip():
+                out.append("\n")
+            else:
+                return None  # e.g. a multi-line string less indented than the def
+        return "".join(out)
+
+    def _function(self, func: ast.AST) -> tuple[int, str, str] | None:
+        if id(func) not in self._funcs:
+            start, end = self.src.line_span(func.lineno, func.end_lineno)
+            indent = self.src.indent(func.lineno)
+            seg = self.src.text[start:end]
+            body = self._dedent(seg, indent)
+            try:
+                entry = (start, seg, ast.dump(ast.parse(body))) if body is not None else None
+            except SyntaxError:
+                entry = None
+            self._funcs[id(func)] = entry
+        return self._funcs[id(func)]
+
+    def ok(self, func: ast.AST, m: Mutation) -> bool:
+        entry = self._function(func)
+        try:
+            if entry is not None:
+                start, seg, original = entry
+                mutant = seg[: m.start - start] + m.replacement + seg[m.end - start :]
+                body = self._dedent(mutant, self.src.indent(func.lineno))
+                if body is not None:
+                    return ast.dump(ast.parse(body)) != original
+            if self._module is None:
+                self._module = ast.dump(self.tree)
+            return ast.dump(ast.parse(m.apply(self.src.text))) != self._module
+        except (SyntaxError, ValueError):
+            return False
+
+
 def mutations_of(path: str, text: str, operators: list[str] | None = None) -> list[Mutation]:
     """Every mutation of one file's functions, in source order; unparsable files give none.
 
@@ -356,33 +406,25 @@ def mutations_of(path: str, text: str, operators: list[str] | None = None) -> li
     except (SyntaxError, ValueError):
         return []
     src = SourceFile(path, text)
-    original = ast.dump(tree)
+    checker = _Checker(src, tree)
     out: list[Mutation] = []
-    seen: set[str] = set()
+    seen: set[tuple[int, int, str]] = set()
     for qualname, func, nodes in _function_nodes(tree):
         generator = _is_generator(nodes)
         for node in [func, *nodes]:
             for name in chosen:
                 if name == "wrong_return" and generator:
                     continue
-                if node is func and name not in (
-                    "remove_statement",
-                    "remove_condition",
-                    "drop_exception_handling",
-                ):
+                if node is func and name not in _BLOCK_OPERATORS:
                     continue
                 for start, end, repl in OPERATORS[name](src, node):
-                    m = Mutation(
-                        path, name, qualname, start, end, repl, text.count("\n", 0, start) + 1
-                    )
-                    mutant = m.apply(text)
-                    if mutant in seen:
+                    if (start, end, repl) in seen:
                         continue
-                    try:
-                        if ast.dump(ast.parse(mutant)) == original:
-                            continue
-                    except (SyntaxError, ValueError):
-                        continue
-                    seen.add(mutant)
-                    out.append(m)
+                    seen.add((start, end, repl))
+                    m = Mutation(path, name, qualname, start, end, repl, src.lineno_of(start))
+                    if checker.ok(func, m):
+                        out.append(m)
     return out
+
+
+_BLOCK_OPERATORS = ("remove_statement", "remove_condition", "drop_exception_handling")

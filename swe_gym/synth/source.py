@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 from dataclasses import dataclass
 
@@ -24,8 +25,17 @@ class Mutation:
         return text[: self.start] + self.replacement + text[self.end :]
 
     def key(self, text: str) -> str:
-        """Identity of the resulting program: two operators producing the same file are one bug."""
-        return hashlib.sha256(f"{self.path}\0{self.apply(text)}".encode()).hexdigest()[:16]
+        """Identity of the resulting program: two operators making the same edit are one bug.
+
+        The edit is trimmed to the characters it really changes (``<`` -> ``<=`` over the span
+        ``<`` is the same edit as ``""`` -> ``=`` after it), so equal programs get equal keys
+        without hashing whole files."""
+        old, new, start = text[self.start : self.end], self.replacement, self.start
+        while old and new and old[0] == new[0]:
+            old, new, start = old[1:], new[1:], start + 1
+        while old and new and old[-1] == new[-1]:
+            old, new = old[:-1], new[:-1]
+        return hashlib.sha256(f"{self.path}\0{start}\0{old}\0{new}".encode()).hexdigest()[:16]
 
 
 class SourceFile:
@@ -41,6 +51,13 @@ class SourceFile:
     def offset(self, lineno: int, col: int) -> int:
         line = self.lines[lineno - 1]
         return self._starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
+
+    def lineno_of(self, offset: int) -> int:
+        return (
+            bisect.bisect_right(self._starts, offset)
+            if offset < self._starts[-1]
+            else len(self.lines)
+        )
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.offset(node.lineno, node.col_offset), self.offset(
