@@ -1,5 +1,5 @@
 """Devices are decided where tensors are used, not when objects are built; and the CUDA-only
-fast paths (bf16 head, varlen attention) checked on CPU where their arithmetic allows.
+fast paths (bf16 head, bf16 compute copy, varlen attention) checked on CPU where they can be.
 
 CI has no GPU, so the move a learner makes (CPU -> CUDA) is made observable on CPU: the module is
 moved to the ``meta`` device after the sampler was built, and the test records the device of
