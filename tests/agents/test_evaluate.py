@@ -113,3 +113,55 @@ def test_load_model_specs(tmp_path):
     assert isinstance(model, ScriptedModel) and model.name == "scripted:replies.json"
     with pytest.raises(FileNotFoundError, match="missing.json"):
         load_model(f"scripted:{tmp_path / 'missing.json'}")
+
+
+def test_tasks_file_is_given_to_the_env(tmp_path, capsys):
+    """``--tasks PATH`` (issue 11): the env loads its tasks from the file; the table and the
+    outputs hold exactly its tasks."""
+    from swe_gym.tasks import load_tasks
+
+    task = load_tasks("starter")[1]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(task.to_dict()) + "\n")
+    out = tmp_path / "out"
+    assert main(["--tasks", str(path), "--model", "oracle", "--out", str(out),
+                 "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["per_task"]) == [task.instance_id] and summary["pass@1"] == 1.0
+
+
+def test_tasks_argument_splits_a_file_from_ids(tmp_path):
+    from agents.evaluate import split_tasks_arg
+
+    assert split_tasks_arg(None) == (None, [])
+    assert split_tasks_arg(["a", "b"]) == (None, ["a", "b"])
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"")
+    assert split_tasks_arg([str(path), "a"]) == (str(path), ["a"])
+    with pytest.raises(SystemExit, match="task file 'missing.jsonl' does not exist"):
+        split_tasks_arg(["missing.jsonl"])
+
+
+def test_local_models_get_the_small_budget_and_it_is_printed(capsys):
+    from agents.evaluate import LOCAL_MAX_NEW_TOKENS, LOCAL_MAX_TURNS, is_local_model, print_budget
+
+    assert all(is_local_model(s) for s in ("smollm2", "hf:/m", "vllm:smollm2"))
+    assert not any(is_local_model(s) for s in ("oracle", "openai:http://h/v1#m", "scripted:f"))
+    print_budget(27, LOCAL_MAX_TURNS, LOCAL_MAX_NEW_TOKENS, concurrency=4, turn_s=3.0)
+    err = capsys.readouterr().err
+    # 27 episodes, 4 at a time -> 7 rounds x 4 turns x 3 s = 84 s
+    assert f"27 episodes x <= {LOCAL_MAX_TURNS} turns" in err and "~1.4 min" in err
+
+
+def test_progress_counts_turns(starter_task_ids, capsys):
+    """The bar advances per turn; turns an episode did not use leave its total, so it ends at
+    the number of turns taken."""
+    from agents.evaluate import evaluate
+
+    model = load_model("oracle")
+    trajs, _ = evaluate("SWEStarter-v0", model, starter_task_ids[:1], runs=1, max_turns=30,
+                        env_kwargs={"max_turns": 30}, progress_bar=True)
+    turns = sum(t.num_turns for t in trajs)
+    assert 1 < turns < 30
+    err = capsys.readouterr().err
+    assert f"{turns}/{turns} [" in err and "episodes 1/1, resolved 1" in err
