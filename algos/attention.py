@@ -115,7 +115,8 @@ def _varlen_forward(kernel, query, key, value, cu_seq: torch.Tensor, max_len: in
             extra["scale"] = scaling
         elif abs(scaling - query.shape[-1] ** -0.5) > 1e-12:
             return None
-    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [L, heads, D]
+    # [L, heads, D]; contiguous, as every varlen kernel accepts that layout
+    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))
     if k.shape[1] != q.shape[1]:  # grouped-query attention
         if "enable_gqa" in params:
             extra["enable_gqa"] = True
