@@ -297,6 +297,10 @@ class RunConfig:
     engine_dtype is float32, else a copy updated every iteration) or 'vllm' (in-process)."""
     engine_dtype: str = "float32"
     """Weights dtype of the rollout engine: float32 or bfloat16."""
+    engine_gpu_memory: float = 0.4
+    """vLLM on a GPU: the share of the device's memory the engine takes for weights and KV cache.
+    The in-process engine shares the GPU with the learner, so vLLM's own default (0.9) would leave
+    the learner too little; raise it when the learner is small or runs elsewhere."""
     rollout_model: str = "policy"
     """'policy' samples on-policy from the engine; any agents.load_model spec (oracle,
     scripted:FILE) rolls out with that model instead (off-policy: old log-probs are recomputed)."""
@@ -371,6 +375,8 @@ class RunConfig:
                 f"{self.max_context_tokens}: the context must hold the prompt and a completion; "
                 "raise max_context_tokens or lower max_new_tokens"
             )
+        if not 0 < self.engine_gpu_memory <= 1:
+            raise ConfigError(f"engine_gpu_memory must be in (0, 1]; got {self.engine_gpu_memory}")
         if not 0 <= self.max_error_share <= 1:
             raise ConfigError(f"max_error_share must be in [0, 1]; got {self.max_error_share}")
         if self.temperature <= 0:

@@ -194,7 +194,7 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
                 "max_position_embeddings": model.config.max_position_embeddings}
         policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
                                    dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
-                                   **extra)
+                                   gpu_memory_utilization=cfg.engine_gpu_memory, **extra)
         # the folder holds the policy's weights; resumed weights are pushed by Trainer._resume
     elif cfg.engine_dtype == "float32" and share_module:
         from agents.models.transformers import TransformersModel
