@@ -38,7 +38,7 @@ ETC_ALLOW = (
     "ca-certificates", "ca-certificates.conf", "pki", "alternatives", "localtime", "timezone",
     "locale.alias", "locale.conf", "mime.types", "magic", "magic.mime", "terminfo", "inputrc",
     "os-release", "lsb-release", "debian_version", "redhat-release", "alpine-release", "shells",
-    "fonts", "perl", "xml", "python3", "python3.*",
+    "fonts", "perl", "xml", "python3", "python3.*", "resolv.conf",
 )  # fmt: skip
 ETC_MASK = ("ssl/private",)  # private keys (root-only on the host, but never needed)
 _TOP_RUNTIME = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -116,8 +116,10 @@ def _prepared_etc(cache: str) -> str:
                     ignore=_skip_private,
                     ignore_dangling_symlinks=True,
                 )
-            else:
-                shutil.copy2(top, etc / name, follow_symlinks=False)
+            else:  # a link into the runtime stays a link (/etc/localtime names the zone)
+                real = os.path.realpath(top)
+                keep_link = os.path.islink(top) and _inside(real, "/usr")
+                shutil.copy2(top, etc / name, follow_symlinks=not keep_link)
         for d, dirs, files in os.walk(tmp):  # readable by any sandbox uid
             for n in dirs + files:
                 p = os.path.join(d, n)
