@@ -206,37 +206,41 @@ class TestRun:
     truncated: bool = False  # the log passed LOG_LIMIT and its middle was cut
 
 
-def _read_log(sandbox: Sandbox, limit: int) -> tuple[str, bool]:
-    """The test log file, whole up to ``limit`` bytes (head and tail past it, the cut said)."""
+def _cut_log(limit: int) -> str:
+    """Shell: past ``limit`` bytes keep the log's head and tail, say the cut, print CUT."""
     half = limit // 2
-    res = sandbox.run(
-        f'cd {shlex.quote(sandbox.workdir)} && s=$(stat -c %s {_LOG}) && if [ "$s" -gt {limit} ]; then '
-        f"{{ head -c {half} {_LOG}; printf '\\n<log truncated: %s bytes, middle cut>\\n' \"$s\"; "
-        f"tail -c {half} {_LOG}; }} > {_LOG}.cut && mv {_LOG}.cut {_LOG} && echo CUT; fi",
-        timeout=120,
+    return (
+        f'__s=$(stat -c %s {_LOG}) && if [ "$__s" -gt {limit} ]; then {{ head -c {half} {_LOG}; '
+        f"printf '\\n<log truncated: %s bytes, middle cut>\\n' \"$__s\"; tail -c {half} {_LOG}; }} "
+        f"> {_LOG}.cut && mv {_LOG}.cut {_LOG} && echo CUT; fi"
     )
+
+
+def _read_log(sandbox: Sandbox) -> str:
     try:
-        raw = sandbox.read_file(_LOG)
+        return sandbox.read_file(_LOG).decode("utf-8", "replace")
     except FileNotFoundError:
-        return "", False
-    return raw.decode("utf-8", "replace"), "CUT" in res.output
+        return ""
 
 
 def run_tests(
     sandbox: Sandbox, task: Task, timeout: float = DEFAULT_TEST_TIMEOUT, log_limit: int = LOG_LIMIT
 ) -> TestRun:
     """Run the task's test command in ``sandbox`` (test patch already applied) and parse its
-    complete log, written to a file in the sandbox (never through the output cap)."""
+    complete log, written to a file in the sandbox (never through the output cap) and read
+    back whole up to ``log_limit`` bytes (past it the head and tail, the cut said)."""
+    wd = shlex.quote(sandbox.workdir)
     cmd = (
-        f"cd {shlex.quote(sandbox.workdir)} && mkdir -p {WORK_DIR} && {{ {_env_prefix(task)}"
+        f"cd {wd} && mkdir -p {WORK_DIR} && {{ {_env_prefix(task)}"
         f"echo '{START_TEST_OUTPUT}'; {test_command(task)}; __swe_rc=$?; "
         f"echo '{END_TEST_OUTPUT}'; echo '{TEST_EXIT_CODE}: '$__swe_rc; }} > {_LOG} 2>&1 < /dev/null; "
-        f"tail -n 1 {_LOG}"
+        f"cd {wd} && tail -n 1 {_LOG}; {_cut_log(log_limit)}"
     )
     res = sandbox.run(cmd, timeout=timeout)
-    text, truncated = _read_log(sandbox, log_limit)
-    if res.timed_out:
-        return TestRun({}, False, True, None, text, truncated)
+    if res.timed_out:  # the command was killed before its cut: cut now
+        cut = sandbox.run(f"cd {wd} && {_cut_log(log_limit)}", timeout=120)
+        return TestRun({}, False, True, None, _read_log(sandbox), "CUT" in cut.output)
+    text, truncated = _read_log(sandbox), "CUT" in res.output.splitlines()
     spec = TestSpec(
         instance_id=task.instance_id,
         image="",
@@ -252,7 +256,8 @@ def run_tests(
         f.write(text)
         f.flush()
         status, valid = get_logs_eval(spec, f.name)
-    code = res.output.strip().rpartition(": ")[2]
+    first = res.output.strip().splitlines()[0] if res.output.strip() else ""
+    code = first.rpartition(": ")[2]
     return TestRun(status, valid, False, int(code) if code.isdigit() else None, text, truncated)
 
 
