@@ -52,15 +52,12 @@ def validate_task(
     after = grade_patch(task, task.patch, backend=backend, sandbox_options=sandbox_options)
     if not after.resolved:
         detail = after.f2p_failed + after.p2p_failed
-        problems.append(
-            f"gold patch does not resolve: {after.reason} {after.detail} {detail or ''}".strip()
-        )
-    if after.missing:
-        problems.append(
-            f"expected tests absent from the log with the gold patch: {after.missing[:10]}"
-        )
-    if after.dropped:
-        problems.append(f"the gold patch changes test infrastructure (reverted): {after.dropped}")
+        msg = f"gold patch does not resolve: {after.reason} {after.detail} {detail or ''}".strip()
+        if after.missing:
+            msg += f"; absent from the log: {after.missing[:10]}"
+        if after.dropped:
+            msg += f"; test infrastructure reverted from the gold patch: {after.dropped}"
+        problems.append(msg)
     return Validation(
         task.instance_id, not problems, problems, before.duration_s + after.duration_s
     )
