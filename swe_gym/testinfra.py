@@ -102,7 +102,7 @@ def _setup_cfg_tests(text: str) -> Any:
     return sections, eps.get("pytest11")
 
 
-def test_config_changed(path: str, before: str | None, after: str | None) -> bool:
+def changes_test_config(path: str, before: str | None, after: str | None) -> bool:
     """For ``pyproject.toml`` / ``setup.cfg``: did the patch change its test configuration?
     Other files: False. A file that no longer parses counts as changed."""
     name = posixpath.basename(path)
@@ -191,7 +191,7 @@ def revert_test_infra(sandbox: Sandbox, base_commit: str, test_files: list[str])
                 dropped.append(path)
                 continue
             before = _base_text(sandbox, base_commit, path) if path in in_base else None
-            if test_config_changed(path, before, after):
+            if changes_test_config(path, before, after):
                 dropped.append(path)
     if dropped:
         restore(sandbox, base_commit, dropped, in_base)
