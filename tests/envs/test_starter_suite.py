@@ -1,6 +1,7 @@
 """Acceptance on the whole bundled suite, through the env's own tools (local backend)."""
 
 import posixpath
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
@@ -25,16 +26,20 @@ def _episode(task, actions):
 
 
 def _breaker(task) -> str:
-    """A conftest.py hook that fails the first P2P test: the agent's patch breaks a passing test."""
+    """Library code that fails the first P2P test: the agent's patch breaks a passing test.
+
+    Test-infrastructure edits (a conftest hook) are reverted before grading, so the break lives
+    in the package itself, which the tests import; it patches the runner at import time."""
     victim = task.PASS_TO_PASS[0]
-    folder = posixpath.dirname(victim.split("::")[0])
-    path = posixpath.join(folder, "conftest.py") if folder else "conftest.py"
+    package = next(p for p in re.findall(r"^diff --git a/(\S+)", task.patch, re.M) if p.endswith(".py"))
+    init = posixpath.join(posixpath.dirname(package), "__init__.py")
     hook = (
-        "\nimport pytest as _p\n\n@_p.hookimpl(tryfirst=True)\n"
-        "def pytest_runtest_call(item):\n"
-        f"    if item.nodeid == {victim!r}:\n        raise AssertionError('broken')\n"
+        "\nimport _pytest.python as _pp\n_orig = _pp.Function.runtest\n\n\n"
+        "def _runtest(self):\n"
+        f"    if self.nodeid == {victim!r}:\n        raise AssertionError('broken')\n"
+        "    return _orig(self)\n\n\n_pp.Function.runtest = _runtest\n"
     )
-    return f"```\ncat >> {path} <<'EOF'\n{hook}EOF\n```"
+    return f"```\ncat >> {init} <<'EOF'\n{hook}EOF\n```"
 
 
 def _check(task):
