@@ -36,8 +36,21 @@ def _median_ms(fn, n: int) -> float:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+    env = {
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def big_repo_task(root: Path, n_files: int = 1000) -> dict:
@@ -50,8 +63,15 @@ def big_repo_task(root: Path, n_files: int = 1000) -> dict:
     _git(repo, "commit", "-qm", "init")
     base = _git(repo, "rev-parse", "HEAD").strip()
     patch = "diff --git a/pkg/m0000.py b/pkg/m0000.py\n--- a/pkg/m0000.py\n+++ b/pkg/m0000.py\n@@ -1,2 +1,2 @@\n def f0(x):\n-    return x + 0\n+    return x\n"
-    return {"instance_id": "bench__big-1", "repo": "bench/big", "base_commit": base, "problem_statement": "bench",
-            "patch": patch, "test_patch": patch.replace("pkg/m0000.py", "tests/t.py"), "FAIL_TO_PASS": ["t::x"]}
+    return {
+        "instance_id": "bench__big-1",
+        "repo": "bench/big",
+        "base_commit": base,
+        "problem_statement": "bench",
+        "patch": patch,
+        "test_patch": patch.replace("pkg/m0000.py", "tests/t.py"),
+        "FAIL_TO_PASS": ["t::x"],
+    }
 
 
 def main() -> None:
@@ -62,11 +82,30 @@ def main() -> None:
     args = ap.parse_args()
     rows: dict[str, float] = {}
 
-    rows["fresh bash -c per command"] = _median_ms(lambda: subprocess.run(["bash", "-c", "true"]), args.steps)
+    rows["fresh bash -c per command"] = _median_ms(
+        lambda: subprocess.run(["bash", "-c", "true"]), args.steps
+    )
     bwrap = shutil.which("bwrap")
     if bwrap:
-        cmd = [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "bash", "-c", "true"]
-        rows["fresh bwrap sandbox per command"] = _median_ms(lambda: subprocess.run(cmd), args.steps)
+        cmd = [
+            bwrap,
+            "--unshare-all",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "bash",
+            "-c",
+            "true",
+        ]
+        rows["fresh bwrap sandbox per command"] = _median_ms(
+            lambda: subprocess.run(cmd), args.steps
+        )
 
     env = gym.make("SWEStarter-v0", max_turns=10**6)
     env.reset(seed=0)
@@ -114,7 +153,9 @@ def main() -> None:
     ratios = {}
     if bwrap:
         ratios["fresh bwrap / env.step"] = rows["fresh bwrap sandbox per command"] / step
-        print(f"fresh bwrap per command is {ratios['fresh bwrap / env.step']:.1f}x slower than env.step")
+        print(
+            f"fresh bwrap per command is {ratios['fresh bwrap / env.step']:.1f}x slower than env.step"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"median_ms": rows, "ratios": ratios}, indent=2))
     print(f"wrote {args.out}")

@@ -38,9 +38,13 @@ class ToyKeywordEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, target: str = "yes", mode: str = "contains",
-                 prompts: list[str] | tuple[str, ...] = DEFAULT_PROMPTS,
-                 system_prompt: str = ""):
+    def __init__(
+        self,
+        target: str = "yes",
+        mode: str = "contains",
+        prompts: list[str] | tuple[str, ...] = DEFAULT_PROMPTS,
+        system_prompt: str = "",
+    ):
         if mode not in MODES:
             raise unknown_choice("mode", mode, MODES)
         if not target:
@@ -56,13 +60,16 @@ class ToyKeywordEnv(gym.Env[str, str]):
         self.observation_space = UnicodeText(10_000)
         self.action_space = UnicodeText(100_000)
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
         self.task = select_task(self.tasks, self._by_id, self.np_random, task_id)
-        return self.task.prompt, {"task_id": self.task.instance_id,
-                                  "system_prompt": self.system_prompt}
+        return self.task.prompt, {
+            "task_id": self.task.instance_id,
+            "system_prompt": self.system_prompt,
+        }
 
     def hit(self, reply: str) -> bool:
         text, target = reply.lower(), self.target.lower()
@@ -72,8 +79,12 @@ class ToyKeywordEnv(gym.Env[str, str]):
         if self.task is None:
             raise ResetNeeded("call reset() before step()")
         hit = self.hit(str(action))
-        info = {"task_id": self.task.instance_id, "report": {"resolved": hit}, "patch": "",
-                "invalid_action": False}
+        info = {
+            "task_id": self.task.instance_id,
+            "report": {"resolved": hit},
+            "patch": "",
+            "invalid_action": False,
+        }
         self.task = None
         return "", float(hit), True, False, info
 

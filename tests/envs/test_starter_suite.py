@@ -31,7 +31,9 @@ def _breaker(task) -> str:
     Test-infrastructure edits (a conftest hook) are reverted before grading, so the break lives
     in the package itself, which the tests import; it patches the runner at import time."""
     victim = task.PASS_TO_PASS[0]
-    package = next(p for p in re.findall(r"^diff --git a/(\S+)", task.patch, re.M) if p.endswith(".py"))
+    package = next(
+        p for p in re.findall(r"^diff --git a/(\S+)", task.patch, re.M) if p.endswith(".py")
+    )
     init = posixpath.join(posixpath.dirname(package), "__init__.py")
     hook = (
         "\nimport _pytest.python as _pp\n_orig = _pp.Function.runtest\n\n\n"
@@ -47,10 +49,14 @@ def _check(task):
     reward, info = _episode(task, oracle)
     assert reward == 1.0, (task.instance_id, info["report"])
     reward, info = _episode(task, ["```\nsubmit\n```"])
-    assert reward == 0.0 and set(info["report"]["f2p_failed"]) == set(task.FAIL_TO_PASS), task.instance_id
+    assert reward == 0.0 and set(info["report"]["f2p_failed"]) == set(task.FAIL_TO_PASS), (
+        task.instance_id
+    )
     reward, info = _episode(task, oracle[:-1] + [_breaker(task), "```\nsubmit\n```"])
     assert reward == 0.0, task.instance_id
-    assert info["report"]["p2p_failed"] == [task.PASS_TO_PASS[0]] and not info["report"]["f2p_failed"], info["report"]
+    assert (
+        info["report"]["p2p_failed"] == [task.PASS_TO_PASS[0]] and not info["report"]["f2p_failed"]
+    ), info["report"]
     return task.instance_id
 
 

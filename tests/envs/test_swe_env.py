@@ -68,7 +68,11 @@ def test_editing_tests_cannot_change_the_verdict(make_env):
     env = make_env()
     env.reset(seed=0)
     # Delete the assertion the agent cannot satisfy; grading restores the task's own tests.
-    env.step(fenced("printf 'def test_add():\\n    pass\\ndef test_sub():\\n    pass\\n' > tests/test_calc.py"))
+    env.step(
+        fenced(
+            "printf 'def test_add():\\n    pass\\ndef test_sub():\\n    pass\\n' > tests/test_calc.py"
+        )
+    )
     _, reward, *_ = env.step(fenced("submit"))
     assert reward == 0.0
 
@@ -76,11 +80,14 @@ def test_editing_tests_cannot_change_the_verdict(make_env):
 def test_invalid_actions_are_observations(make_env):
     env = make_env()
     env.reset(seed=0)
-    for text, reason in [("no block", "no_command"), ("```\nls\n```\n```\npwd\n```", "multiple_commands")]:
+    for text, reason in [
+        ("no block", "no_command"),
+        ("```\nls\n```\n```\npwd\n```", "multiple_commands"),
+    ]:
         obs, reward, terminated, truncated, info = env.step(text)
         assert info["invalid_action"] and info["invalid_reason"] == reason
         assert reason in obs and not terminated and not truncated and reward == 0.0
-    obs, *_ , info = env.step(fenced("echo still-alive"))
+    obs, *_, info = env.step(fenced("echo still-alive"))
     assert "still-alive" in obs and not info["invalid_action"]
 
 
@@ -141,7 +148,10 @@ def test_two_envs_on_the_same_task_share_nothing(make_env):
     a.step(fenced("echo changed > calc.py"))
     obs, *_ = b.step(fenced("cat calc.py"))
     assert "def add" in obs
-    assert a.unwrapped.sandbox.workdir != b.unwrapped.sandbox.workdir or a.unwrapped.sandbox is not b.unwrapped.sandbox
+    assert (
+        a.unwrapped.sandbox.workdir != b.unwrapped.sandbox.workdir
+        or a.unwrapped.sandbox is not b.unwrapped.sandbox
+    )
 
 
 def test_reset_is_seeded(mini_repo):
