@@ -284,7 +284,8 @@ def _validate_all(
     try:
         first = Validator(task, backend=cfg.backend, sandbox_options=options)
         validators.append(first)
-        passed, slowest = baseline(first, timeout=cfg.timeout or 600.0)
+        # The clean runs get room to spare (a loaded machine is slow); --timeout bounds each mutant.
+        passed, slowest = baseline(first, timeout=max(cfg.timeout or 0.0, 600.0))
         timeout = cfg.timeout or max(10.0, 3 * slowest + 5)
         pool_q.put(first)
         for _ in range(min(cfg.workers, len(todo)) - 1):

@@ -320,7 +320,6 @@ def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
         repos_dir=tmp_path / "repos",
         operators=["remove_statement", "wrong_return"],
         workers=2,
-        timeout=8,
         progress=False,
         test_cmd="PYTHONPATH=. pytest -rA",
     )
