@@ -275,8 +275,10 @@ def run_episode(
     ``ReActAgent(model, **agent_kwargs)``. Whatever the agent or env does, the env is closed at the
     end (``close_env=True``), so its sandbox is cleaned; an exception is recorded in
     ``trajectory.error`` with ``finish_reason="error"``. ``stop_event`` aborts between turns
-    (``finish_reason="timeout"``). ``trajectory``: fill this object in place (``rollout`` reads
-    the partial one when an episode times out).
+    (``finish_reason="timeout"``). An env end is ``submitted`` (terminated), ``max_turns``
+    (truncated), or the env's own failure from ``info["end_reason"]``: ``sandbox_failed`` or
+    ``grading_error`` (reward 0, the message in ``trajectory.error``). ``trajectory``: fill this
+    object in place (``rollout`` reads the partial one when an episode times out).
     """
     traj = trajectory if trajectory is not None else Trajectory()
     traj.task_id, traj.seed = task_id, seed
@@ -322,7 +324,9 @@ def run_episode(
             if terminated or truncated:
                 traj.report = info.get("report")
                 traj.resolved = bool(traj.report and traj.report.get("resolved"))
-                traj.finish_reason = "submitted" if terminated else "max_turns"
+                traj.finish_reason = _end_reason(terminated, info)
+                if traj.finish_reason in _INFRA_ENDS:
+                    traj.error = info.get("error") or traj.finish_reason
                 break
     except AgentStop as e:
         traj.finish_reason = e.finish_reason
@@ -341,6 +345,18 @@ def run_episode(
                 traj.error = (traj.error or "") + f"\nenv.close() failed: {type(e).__name__}: {e}"
         traj.wall_s = time.perf_counter() - started
     return traj
+
+
+# Ends the env reports as its own failure, not the agent's (a dead sandbox, a grader without a
+# verdict): kept as the finish reason so that training can tell them from a plain turn limit.
+_INFRA_ENDS = ("sandbox_failed", "grading_error")
+
+
+def _end_reason(terminated: bool, info: dict[str, Any]) -> str:
+    if terminated:
+        return "submitted"
+    reason = info.get("end_reason")
+    return reason if reason in _INFRA_ENDS else "max_turns"
 
 
 def _current_diff(env: Any) -> str:

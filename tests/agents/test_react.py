@@ -149,3 +149,20 @@ def test_time_budget_is_checked_before_each_model_call(make_env):
     )
     assert traj.finish_reason == "time_budget" and traj.turns == []
     assert "time_budget_s" in traj.error
+
+
+def test_a_sandbox_dying_mid_episode_is_recorded_as_the_envs_failure(make_env):
+    env = make_env()
+
+    class KillsItsSandbox:  # a plain agent whose sandbox dies under it (as an OOM kill would)
+        def reset(self, observation, info):
+            pass
+
+        def act(self, observation, info):
+            env.unwrapped.sandbox.close()
+            return LS
+
+    traj = run_episode(env, KillsItsSandbox())
+    # Not "max_turns": training must be able to tell an infrastructure failure from a turn limit.
+    assert traj.finish_reason == "sandbox_failed" and traj.reward == 0.0
+    assert traj.error and len(traj.turns) == 1
