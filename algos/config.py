@@ -408,3 +408,50 @@ class RunConfig:
 def warn(message: str) -> None:
     """A config warning (shown once, before any work)."""
     warnings.warn(message, UserWarning, stacklevel=3)
+
+
+EPISODE_SAMPLING = ("groups", "random")
+
+
+@dataclass
+class RLConfig(RunConfig):
+    """Run-level fields plus the RL loop's objective choices and saved episodes (GRPO, DAPO)."""
+
+    advantage_estimator: str = "grpo"
+    """grpo (group mean, divided by the group std when normalize_std) or rloo (leave-one-out
+    mean of the other group members, no std)."""
+    mask_failed_groups: bool = False
+    """Instance-level failure masking: a group in which any episode ended by a sandbox or
+    rollout error, a timeout or a failing reward function is left out of the loss (counted as
+    failure_masked), instead of dropping only the failed episode and scoring the rest."""
+    off_policy_correction: str = "none"
+    """Sampler/learner mismatch correction: none, tis (truncated importance sampling:
+    min(exp(learner - sampler), is_cap) times the per-token loss) or decoupled (decoupled PPO:
+    clip around the learner's log-probs, the behaviour weight, tokens above is_cap dropped).
+    With old_logprobs=auto the learner's log-probs are recomputed before the first step."""
+    is_cap: float = 2.0
+    """C, the importance-weight cap of off_policy_correction."""
+    save_episodes: int | None = 64
+    """Episodes per iteration written to RUN_DIR/episodes/ (token-exact Trajectory JSONL, read by
+    python -m algos.report); 0 saves none, none saves all."""
+    save_episodes_sampling: str = "groups"
+    """Which episodes are saved when an iteration has more than save_episodes: groups (whole
+    groups at random, so a task's episodes stay together) or random (episodes at random)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from algos.core import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
+
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise unknown_choice("advantage_estimator", self.advantage_estimator,
+                                 ADVANTAGE_ESTIMATORS)
+        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
+            raise unknown_choice("off_policy_correction", self.off_policy_correction,
+                                 OFF_POLICY_CORRECTIONS)
+        if self.is_cap <= 0:
+            raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
+        if self.save_episodes is not None and self.save_episodes < 0:
+            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        if self.save_episodes_sampling not in EPISODE_SAMPLING:
+            raise unknown_choice("save_episodes_sampling", self.save_episodes_sampling,
+                                 EPISODE_SAMPLING)

@@ -333,6 +333,11 @@ def _broadcast_adv(advantages: Tensor, like: Tensor) -> Tensor:
     return advantages.to(like.dtype).expand_as(like)
 
 
+def _weighted(loss_mat: Tensor, token_weights: Tensor | None) -> Tensor:
+    """``loss_mat * token_weights`` (the off-policy correction's weights, never differentiated)."""
+    return loss_mat if token_weights is None else loss_mat * token_weights.detach()
+
+
 def clipped_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -342,6 +347,7 @@ def clipped_policy_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     dual_clip: float | None = None,
+    token_weights: Tensor | None = None,
     agg_mode: str = "token-mean",
     global_token_count: int | float | Tensor | None = None,
     global_seq_count: int | float | Tensor | None = None,
@@ -351,7 +357,8 @@ def clipped_policy_loss(
     Per token, with ``r = exp(logp - old_logp)``:
     ``L = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``; with dual clip ``c > 1``
     (Ye et al. 2020) and ``A < 0`` additionally ``L = min(L, -A c)``, which bounds the loss when
-    ``r`` explodes on a negative-advantage token. Then ``agg_loss(L, mask, agg_mode, ...)``.
+    ``r`` explodes on a negative-advantage token. ``token_weights`` ``[B, T]`` (an off-policy
+    correction's, :func:`off_policy_weights`) multiply ``L``. Then ``agg_loss(L, mask, ...)``.
 
     Shapes: ``logprobs``, ``old_logprobs``, ``mask`` ``[B, T]``; ``advantages`` ``[B, T]`` or
     ``[B]``. Metrics: ``clip_frac_low`` (A<0, r<1-eps_low: gradient cut),
@@ -373,6 +380,7 @@ def clipped_policy_loss(
         bound = -adv * dual_clip
         dual_hit = (adv < 0) & (loss_mat > bound)
         loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, bound), loss_mat)
+    loss_mat = _weighted(loss_mat, token_weights)
     loss = agg_loss(loss_mat, mask, agg_mode, global_token_count, global_seq_count)
 
     with torch.no_grad():
@@ -424,11 +432,12 @@ def dapo_loss(
 @register_policy_loss("pg", needs_old_logprobs=False)
 def pg_loss(
     logprobs, old_logprobs, advantages, mask, *, agg_mode="token-mean",
-    global_token_count=None, global_seq_count=None,
+    global_token_count=None, global_seq_count=None, token_weights=None,
 ):
-    """Vanilla policy gradient (REINFORCE with a baseline in A): ``L = -A * logp`` per token."""
+    """Vanilla policy gradient (REINFORCE with a baseline in A): ``L = -A * logp`` per token
+    (times ``token_weights`` when given)."""
     adv = _broadcast_adv(advantages, logprobs)
-    loss_mat = -adv * logprobs
+    loss_mat = _weighted(-adv * logprobs, token_weights)
     loss = agg_loss(loss_mat, mask, agg_mode, global_token_count, global_seq_count)
     return loss, {"pg_loss": masked_mean(loss_mat.detach(), mask).item()}
 
@@ -445,3 +454,175 @@ def sft_loss(
     loss_mat = -logprobs
     loss = agg_loss(loss_mat, mask, agg_mode, global_token_count, global_seq_count)
     return loss, {"nll": masked_mean(loss_mat.detach(), mask).item()}
+
+
+# --------------------------------------------------------------------------------------------
+# Newer objectives: GSPO, RLOO, failure masking (issue 12)
+# --------------------------------------------------------------------------------------------
+
+
+@register_policy_loss("gspo")
+def gspo_loss(
+    logprobs, old_logprobs, advantages, mask, *, eps_low: float = 3e-4, eps_high: float = 4e-4,
+    token_weights: Tensor | None = None, agg_mode: str = "seq-mean-token-mean",
+    global_token_count=None, global_seq_count=None,
+):
+    """GSPO (Zheng et al. 2025): one importance ratio and one clip per sequence.
+
+    ``s_i = exp(mean_t m_it (logp_it - old_logp_it))`` over the policy tokens of sequence i;
+    ``L_i = max(-A_i s_i, -A_i clip(s_i, 1 - eps_low, 1 + eps_high))`` (the paper's clip range:
+    3e-4 / 4e-4, far tighter than PPO's because ``s_i`` is a geometric mean). ``L_i`` is spread
+    over the sequence's policy tokens, so ``seq-mean-token-mean`` (the default here) gives the
+    paper's ``mean_i L_i``; ``token-mean`` weights sequences by their length. A per-token
+    advantage ``[B, T]`` is averaged over the policy tokens. ``token_weights`` ``[B, T]``
+    multiply the per-token loss (off-policy correction). Metrics as :func:`clipped_policy_loss`
+    (``ratio_*`` are the sequence ratios; fractions are shares of policy tokens).
+    """
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"clip eps must be >= 0; got eps_low={eps_low}, eps_high={eps_high}")
+    m = mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype)
+    if adv.dim() == logprobs.dim():
+        adv = masked_mean(adv, m, dim=-1)
+    seq_log_ratio = masked_mean(logprobs - old_logprobs, m, dim=-1)
+    ratio = torch.exp(seq_log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))  # [B]
+    loss_seq = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    loss_mat = _weighted(loss_seq.unsqueeze(-1).expand_as(logprobs), token_weights)
+    loss = agg_loss(loss_mat, mask, agg_mode, global_token_count, global_seq_count)
+    with torch.no_grad():
+        r = ratio.detach().unsqueeze(-1).expand_as(logprobs)
+        a = adv.unsqueeze(-1).expand_as(logprobs)
+        bm = mask.bool()
+        any_tok = bool(bm.any())
+        metrics = {
+            "pg_loss": masked_mean(loss_mat.detach(), bm).item(),
+            "clip_frac_low": masked_mean(((r < 1 - eps_low) & (a < 0)).float(), bm).item(),
+            "clip_frac_high": masked_mean(((r > 1 + eps_high) & (a > 0)).float(), bm).item(),
+            "approx_kl": masked_mean(kl_estimate(old_logprobs, logprobs.detach(), "k3"), bm).item(),
+            "ratio_mean": masked_mean(r, bm).item(),
+            "ratio_max": r[bm].max().item() if any_tok else 1.0,
+            "ratio_min": r[bm].min().item() if any_tok else 1.0,
+        }
+    return loss, metrics
+
+
+def rloo_advantages(rewards: Tensor, group_index: Tensor | None = None) -> Tensor:
+    """RLOO leave-one-out baseline (Kool et al. 2019; Ahmadian et al. 2024).
+
+    ``A_i = r_i - mean_{j != i, j in g(i)} r_j = n / (n - 1) * (r_i - mean_g(r))`` for a group
+    of ``n >= 2``; a single-sample group gives 0 (no baseline). Shapes as
+    :func:`group_advantages` (``[N]`` with ``group_index``, or ``[G, n]``).
+    """
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    if rewards.dim() == 2 and group_index is None:
+        g, n = rewards.shape
+        index = torch.arange(g, device=rewards.device).repeat_interleave(n)
+        return rloo_advantages(rewards.reshape(-1), index).reshape(g, n)
+    if group_index is None:
+        raise ValueError(f"rewards of shape {tuple(rewards.shape)} need a group_index [N]")
+    mean, _, constant = _group_stats(rewards, group_index)
+    _, inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
+    n = counts[inverse].to(torch.float64)
+    adv = (rewards.to(torch.float64) - mean) * n / (n - 1).clamp(min=1)
+    return torch.where(constant, torch.zeros_like(adv), adv).to(out_dtype)
+
+
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo")
+
+
+def compute_advantages(
+    name: str, rewards: Tensor, group_index: Tensor, *, normalize_std: bool = True
+) -> Tensor:
+    """Advantages by estimator name: ``grpo`` (:func:`group_advantages`, ``normalize_std``
+    applies) or ``rloo`` (:func:`rloo_advantages`; no std normalisation)."""
+    if name == "grpo":
+        return group_advantages(rewards, group_index, normalize_std=normalize_std)
+    if name == "rloo":
+        return rloo_advantages(rewards, group_index)
+    raise unknown_choice("advantage estimator", name, ADVANTAGE_ESTIMATORS)
+
+
+def keep_groups_without_failures(failed: Tensor, group_index: Tensor) -> Tensor:
+    """Instance-level failure masking: False for every member of a group in which any episode
+    failed (a sandbox or rollout error: no signal about the policy), True elsewhere.
+
+    ``failed`` bool ``[N]``, ``group_index`` ``[N]``; returns bool ``[N]``. Masking the whole
+    group rather than scoring the failure as reward 0 (a wrong negative) or dropping only the
+    failed episode (a group baseline computed from the survivors of a biased draw).
+    """
+    if failed.shape != group_index.shape or failed.dim() != 1:
+        raise ValueError(f"failed {tuple(failed.shape)} and group_index "
+                         f"{tuple(group_index.shape)} must be the same 1-D shape")
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    bad = torch.zeros(n_groups, device=failed.device).index_add(0, inverse, failed.float())
+    return bad[inverse] == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Off-policy correction: sampler (behaviour) vs learner (proximal) log-probs
+# --------------------------------------------------------------------------------------------
+
+OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
+
+
+def off_policy_weights(
+    proximal_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, *, kind: str = "tis",
+    cap: float = 2.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """Per-token weights ``[B, T]`` (no gradient) correcting for the sampler/learner gap.
+
+    ``w = exp(proximal - sampler)``: the learner's probability of the sampled token (before the
+    step) over the sampler's.
+
+    - ``tis`` (truncated importance sampling; Yao et al. 2025, verl/prime-rl "TIS"):
+      ``min(w, cap)``.
+    - ``decoupled`` (decoupled PPO's behaviour weight, Hilton et al. 2022 / AReaL): ``w`` where
+      ``w <= cap``, 0 above (the token is dropped, still counted in the normaliser); the
+      policy loss is then clipped around the proximal policy (``old_logprobs = proximal``).
+    - ``none``: all ones.
+
+    Metrics: ``is_weight_mean`` (after truncation) and ``is_capped_frac`` (share of policy
+    tokens with ``w > cap``).
+    """
+    if kind not in OFF_POLICY_CORRECTIONS:
+        raise unknown_choice("off-policy correction", kind, OFF_POLICY_CORRECTIONS)
+    if cap <= 0:
+        raise ValueError(f"importance weight cap must be > 0; got {cap}")
+    with torch.no_grad():
+        log_w = (proximal_logprobs - sampler_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        w = torch.exp(log_w)
+        over = w > cap
+        if kind == "none":
+            out = torch.ones_like(w)
+        elif kind == "tis":
+            out = w.clamp(max=cap)
+        else:
+            out = torch.where(over, torch.zeros_like(w), w)
+        m = mask.bool()
+        metrics = {"is_weight_mean": masked_mean(out, m).item(),
+                   "is_capped_frac": masked_mean(over.float(), m).item()}
+    return out, metrics
+
+
+def mismatch_metrics(
+    learner_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor
+) -> dict[str, float]:
+    """How far the sampler's log-probs are from the learner's on the sampled tokens.
+
+    ``mismatch_kl``: k3 estimate of KL(sampler || learner) (tokens were drawn from the sampler);
+    ``mismatch_ratio_mean/max/min``: ``exp(learner - sampler)`` over the policy tokens (1 when
+    they agree).
+    """
+    with torch.no_grad():
+        m = mask.bool()
+        log_r = (learner_logprobs - sampler_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        r = torch.exp(log_r)
+        any_tok = bool(m.any())
+        return {
+            "mismatch_kl": masked_mean(kl_estimate(sampler_logprobs, learner_logprobs, "k3"),
+                                       m).item(),
+            "mismatch_ratio_mean": masked_mean(r, m).item(),
+            "mismatch_ratio_max": r[m].max().item() if any_tok else 1.0,
+            "mismatch_ratio_min": r[m].min().item() if any_tok else 1.0,
+        }

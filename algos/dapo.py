@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algos.config import ConfigError, RunConfig, parse_config, warn
+from algos.config import ConfigError, RLConfig, parse_config, warn
 from algos.learner import LearnerConfig
 from algos.trainer import learner_config_from, run_cli, validate_rl_config
 
 
 @dataclass
-class DAPOConfig(RunConfig):
+class DAPOConfig(RLConfig):
     """Modified DAPO (defaults: Nebius stage 1, methods.md 4)."""
 
     iterations: int = 100

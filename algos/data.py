@@ -32,6 +32,9 @@ class Sample:
         advantage: one float for the sequence, or one per token.
         ref_logprobs: reference-policy log-probs aligned to tokens, if precomputed.
         sample_id: the caller's id (e.g. ``"task-3/rollout-7"``), carried into error messages.
+        sampler_logprobs: the sampler's log-probs when ``old_logprobs`` holds the learner's
+            (recomputed before the first step); the off-policy correction and the mismatch
+            metrics compare the two.
     """
 
     input_ids: list[int]
@@ -40,13 +43,14 @@ class Sample:
     advantage: float | list[float] = 0.0
     ref_logprobs: list[float] | None = None
     sample_id: str | int | None = None
+    sampler_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
         if n < 2:
             raise ValueError(f"sample {self.sample_id}: needs >= 2 tokens, got {n}")
         aligned = {"loss_mask": self.loss_mask, "old_logprobs": self.old_logprobs,
-                   "ref_logprobs": self.ref_logprobs}
+                   "ref_logprobs": self.ref_logprobs, "sampler_logprobs": self.sampler_logprobs}
         if not isinstance(self.advantage, int | float):
             aligned["advantage"] = self.advantage
         for name, values in aligned.items():
@@ -83,6 +87,7 @@ class MicroBatch:
     advantages: Tensor  # [S, Tmax] float
     ref_logprobs: Tensor | None  # [S, Tmax] float
     sample_indices: list[int]  # which samples of the step, in row order
+    sampler_logprobs: Tensor | None = None  # [S, Tmax] float, when every sample has them
 
     @property
     def num_tokens(self) -> int:
@@ -130,6 +135,8 @@ def _sample_tensors(samples: Sequence[Sample], width: int) -> dict[str, Tensor]:
     out = {k: torch.zeros(s, width) for k in ("loss_mask", "old_logprobs", "advantages")}
     if all(x.ref_logprobs is not None for x in samples):
         out["ref_logprobs"] = torch.zeros(s, width)
+    if all(x.sampler_logprobs is not None for x in samples):
+        out["sampler_logprobs"] = torch.zeros(s, width)
     for i, x in enumerate(samples):
         n = len(x)
         out["loss_mask"][i, :n] = torch.tensor(x.loss_mask, dtype=torch.float32)
@@ -141,6 +148,8 @@ def _sample_tensors(samples: Sequence[Sample], width: int) -> dict[str, Tensor]:
             out["advantages"][i, :n] = torch.tensor(x.advantage, dtype=torch.float32)
         if "ref_logprobs" in out:
             out["ref_logprobs"][i, :n] = torch.tensor(x.ref_logprobs, dtype=torch.float32)
+        if "sampler_logprobs" in out:
+            out["sampler_logprobs"][i, :n] = torch.tensor(x.sampler_logprobs, dtype=torch.float32)
     return out
 
 
@@ -172,6 +181,7 @@ def _build(samples: Sequence[Sample], indices: list[int], rows: list[list[int]])
         input_ids=ids, position_ids=pos, segment_ids=seg, gather_index=gather,
         loss_mask=t["loss_mask"], old_logprobs=t["old_logprobs"], advantages=t["advantages"],
         ref_logprobs=t.get("ref_logprobs"), sample_indices=[indices[j] for j in order],
+        sampler_logprobs=t.get("sampler_logprobs"),
     )
 
 

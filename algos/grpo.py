@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algos.config import ConfigError, RunConfig, parse_config
+from algos.config import ConfigError, RLConfig, parse_config
 from algos.learner import LearnerConfig
 from algos.trainer import learner_config_from, run_cli, validate_rl_config
 
 
 @dataclass
-class GRPOConfig(RunConfig):
+class GRPOConfig(RLConfig):
     """GRPO (defaults: SWE-RL where published, methods.md 3)."""
 
     iterations: int = 1600

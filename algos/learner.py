@@ -106,6 +106,12 @@ class LearnerConfig:
     """Sampling temperature the old log-probs were taken at."""
     logprob_chunk_size: int | None = None
     """Rows per chunk of the log-prob head; None sizes it from the vocabulary."""
+    off_policy_correction: str = "none"
+    """none, tis (truncated importance sampling) or decoupled (decoupled PPO): weights the
+    per-token loss by the learner/sampler probability ratio (algos.core.off_policy_weights)."""
+    is_cap: float = 2.0
+    """C of the off-policy correction: tis truncates the weight at C, decoupled drops tokens
+    whose weight exceeds C."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # from JSON/CLI lists
@@ -133,6 +139,14 @@ class LearnerConfig:
             raise unknown_choice("kl_estimator", self.kl_estimator, core.KL_ESTIMATORS)
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
+        if self.off_policy_correction not in core.OFF_POLICY_CORRECTIONS:
+            raise unknown_choice("off_policy_correction", self.off_policy_correction,
+                                 core.OFF_POLICY_CORRECTIONS)
+        if self.off_policy_correction != "none" and self.loss not in core.NEEDS_OLD_LOGPROBS | {"pg"}:
+            raise ValueError(f"off_policy_correction={self.off_policy_correction!r} weights a "
+                             f"policy-gradient loss; loss {self.loss!r} has no importance ratio")
+        if self.is_cap <= 0:
+            raise ValueError(f"is_cap must be > 0; got {self.is_cap}")
 
 
 @dataclass
@@ -324,6 +338,35 @@ class Learner:
 
     # ------------------------------------------------------------------ training
 
+    def _policy_loss(self, lp: Tensor, mb: MicroBatch, norm: dict[str, Any],
+                     has_logprobs: bool) -> tuple[Tensor, dict[str, float]]:
+        """The configured loss, with the off-policy correction and the sampler/learner mismatch.
+
+        Behaviour = the sampler's log-probs; proximal = the learner's before the step: the
+        recomputed ``old_logprobs`` when the samples also carry ``sampler_logprobs``, else this
+        step's own forward (the weights before the optimiser step).
+        """
+        cfg = self.config
+        if not has_logprobs:  # sft/pg without sampling log-probs: nothing to compare
+            return self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
+                                **norm, **cfg.loss_kwargs)
+        recomputed = mb.sampler_logprobs is not None
+        behaviour = mb.sampler_logprobs if recomputed else mb.old_logprobs
+        proximal = mb.old_logprobs if recomputed else lp.detach()
+        extra = core.mismatch_metrics(proximal, behaviour, mb.loss_mask)
+        if cfg.off_policy_correction == "none":
+            loss, metrics = self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
+                                         **norm, **cfg.loss_kwargs)
+        else:
+            weights, w_metrics = core.off_policy_weights(
+                proximal, behaviour, mb.loss_mask, kind=cfg.off_policy_correction,
+                cap=cfg.is_cap)
+            extra.update(w_metrics)
+            loss, metrics = self.loss_fn(lp, proximal, mb.advantages, mb.loss_mask,
+                                         token_weights=weights, **norm, **cfg.loss_kwargs)
+        metrics.update(extra)
+        return loss, metrics
+
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One optimiser step on ``samples``; returns metrics (floats)."""
         cfg = self.config
@@ -343,6 +386,7 @@ class Learner:
         global_tokens = sum(s.num_loss_tokens for s in samples)
         global_seqs = sum(1 for s in samples if s.num_loss_tokens > 0)
         with_entropy = cfg.log_entropy or cfg.entropy_coef != 0
+        has_logprobs = all(s.old_logprobs is not None for s in samples)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         net = self.model
@@ -357,8 +401,7 @@ class Learner:
             lp, ent = self._batch_logprobs(net, mb, with_entropy)
             norm = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
                     "global_seq_count": global_seqs}
-            loss, metrics = self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
-                                         **norm, **cfg.loss_kwargs)
+            loss, metrics = self._policy_loss(lp, mb, norm, has_logprobs)
             if cfg.kl_coef > 0:
                 kl, kl_metrics = core.kl_loss(lp, mb.ref_logprobs, mb.loss_mask,
                                               kind=cfg.kl_estimator, **norm)

@@ -70,6 +70,7 @@ from algos.distributed.fsdp import (
     training_device,
 )
 from algos.learner import Learner, LearnerConfig
+from algos.report import save_iteration_episodes
 from swe_gym.errors import unknown_choice
 
 log = logging.getLogger(__name__)
@@ -530,6 +531,7 @@ class Counters:
     overlong_dropped: int = 0
     empty: int = 0
     filtered: int = 0
+    failure_masked: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: Counters) -> None:
@@ -570,6 +572,20 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
     return out
 
 
+def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
+                       counters: Counters) -> list[Scored]:
+    """Drop every scored member of a group in which an episode failed (a rollout error, a
+    timeout, or a reward that could not be computed: anything ``score_trajectories`` did not
+    score, and timeouts it did); counted in ``failure_masked``."""
+    ok = {id(s.traj) for s in scored}
+    failed = torch.tensor([id(t) not in ok or t.finish_reason == "timeout" for t in trajs])
+    keep = core.keep_groups_without_failures(failed, torch.tensor(list(groups)))
+    bad_groups = {g for g, k in zip(groups, keep.tolist(), strict=True) if not k}
+    out = [s for s in scored if s.group not in bad_groups]
+    counters.failure_masked += len(scored) - len(out)
+    return out
+
+
 def check_episode_errors(counters: Counters, max_share: float, where: str) -> None:
     """Raise :class:`EpisodesFailed` (with the first error) when every episode failed or more
     than ``max_share`` of them did; only the filters drop episodes on purpose."""
@@ -584,12 +600,14 @@ def check_episode_errors(counters: Counters, max_share: float, where: str) -> No
 
 
 def assign_advantages(cfg: Any, scored: list[Scored]) -> None:
-    """Group-normalised advantages (methods.md 3-5) written into each ``Scored``."""
+    """Group advantages (methods.md 3-5; ``advantage_estimator``: grpo or rloo) written into
+    each ``Scored``."""
     if not scored:
         return
     rewards = torch.tensor([s.reward for s in scored], dtype=torch.float64)
     index = torch.tensor([s.group for s in scored])
-    adv = core.group_advantages(rewards, index, normalize_std=cfg.normalize_std)
+    adv = core.compute_advantages(getattr(cfg, "advantage_estimator", "grpo"), rewards, index,
+                                  normalize_std=cfg.normalize_std)
     for s, a in zip(scored, adv.tolist(), strict=True):
         s.advantage = a
 
@@ -886,8 +904,9 @@ class Trainer:
         self.learner = learner_factory(self.policy.model, lcfg, ref_model=ref,
                                        tokenizer=self.policy.tokenizer)
         mode = cfg.old_logprobs
-        if mode == "auto":
-            mode = "sampler" if self.policy.on_policy and self.policy.shares_weights else "recompute"
+        if mode == "auto":  # a correction needs the learner's log-probs next to the sampler's
+            same = self.policy.on_policy and self.policy.shares_weights
+            mode = "sampler" if same and cfg.off_policy_correction == "none" else "recompute"
         if mode == "sampler" and not self.policy.on_policy:
             raise ConfigError(
                 f"old_logprobs='sampler' needs on-policy rollouts; rollout_model="
@@ -900,6 +919,7 @@ class Trainer:
         self.totals = Counters()
         self.skipped_iterations = 0
         self.rows: list[dict[str, Any]] = []
+        self.episodes: list[Any] = []  # the current iteration's trajectories (saved, then freed)
         if cfg.resume:
             self._resume()
         if self.dist.is_main:
@@ -1028,6 +1048,9 @@ class Trainer:
             scored = score_trajectories(cfg, trajs, groups, self.reward_fn, counters)
             check_episode_errors(counters, cfg.max_error_share,
                                  f"iteration {self.iteration + 1}")
+            if getattr(cfg, "mask_failed_groups", False):
+                scored = mask_failed_groups(trajs, groups, scored, counters)
+            self.episodes += trajs
             assign_advantages(cfg, scored)
             all_scored += scored
             survivors = apply_filter(cfg.filter, scored)
@@ -1077,9 +1100,16 @@ class Trainer:
         samples: list[Sample] = []
         kept: list[Scored] = []
         rounds, rewards, error = 0, [], None
+        self.episodes = []
+        version = int(getattr(self.learner, "step", 0))  # the weights that sample this iteration
         if self.dist.is_main:
             try:
                 samples, kept, rounds, rewards = self._make_samples(counters, tick)
+                if getattr(cfg, "save_episodes", 0) != 0:
+                    save_iteration_episodes(self.run_dir, self.iteration + 1, self.episodes,
+                                            version, cfg.save_episodes,
+                                            cfg.save_episodes_sampling, cfg.seed)
+                self.episodes = []
             except Exception as e:  # the other ranks wait for the samples: tell them
                 if not self.dist.distributed:
                     raise
@@ -1092,7 +1122,8 @@ class Trainer:
         if samples and self.old_logprobs_mode == "recompute":
             lps = self.learner.compute_logprobs(samples)
             samples = [dataclasses.replace(x, old_logprobs=[v * m for v, m in zip(
-                lp, x.loss_mask, strict=True)]) for x, lp in zip(samples, lps, strict=True)]
+                lp, x.loss_mask, strict=True)], sampler_logprobs=x.old_logprobs)
+                for x, lp in zip(samples, lps, strict=True)]
         step_metrics: list[dict[str, float]] = []
         t1 = time.perf_counter()
         if samples:
@@ -1111,6 +1142,11 @@ class Trainer:
         else:
             t_push = 0.0
         t_train = time.perf_counter() - t1
+        if self.old_logprobs_mode == "sampler":
+            # the sampler/learner mismatch compares equal weights only at the first step (the
+            # later steps' weights have moved on from the ones that sampled)
+            step_metrics[1:] = [{k: v for k, v in m.items() if not k.startswith("mismatch_")}
+                                for m in step_metrics[1:]]
         if not self.dist.is_main:
             return {}
         all_trajs = counters.episodes
@@ -1147,6 +1183,7 @@ class Trainer:
             "truncated": counters.truncated,
             "overlong_dropped": counters.overlong_dropped,
             "filtered": counters.filtered,
+            "failure_masked": counters.failure_masked,
         }
 
     # ------------------------------------------------------------------ the run
@@ -1252,7 +1289,8 @@ def _mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
     if not step_metrics:
         return {"loss": float("nan")}
     keys = ("loss", "pg_loss", "nll", "kl", "entropy", "clip_frac_low", "clip_frac_high",
-            "approx_kl", "ratio_mean", "grad_norm", "lr", "loss_tokens", "tokens_per_s")
+            "approx_kl", "ratio_mean", "grad_norm", "lr", "loss_tokens", "tokens_per_s",
+            "mismatch_kl", "mismatch_ratio_mean", "is_weight_mean", "is_capped_frac")
     out: dict[str, float] = {}
     for k in keys:
         vals = [m[k] for m in step_metrics if k in m and math.isfinite(m[k])]
@@ -1262,6 +1300,9 @@ def _mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
         out["loss"] = float("nan")
     out["clip_frac"] = out.get("clip_frac_low", 0.0) + out.get("clip_frac_high", 0.0)
     out["ratio_max"] = max((m.get("ratio_max", 1.0) for m in step_metrics), default=1.0)
+    if any("mismatch_ratio_max" in m for m in step_metrics):
+        out["mismatch_ratio_max"] = max(m.get("mismatch_ratio_max", 1.0) for m in step_metrics)
+        out["mismatch_ratio_min"] = min(m.get("mismatch_ratio_min", 1.0) for m in step_metrics)
     return out
 
 
@@ -1327,4 +1368,6 @@ def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
         grad_checkpointing=cfg.grad_checkpointing, loss=cfg.loss, loss_kwargs=loss_kwargs,
         agg_mode=cfg.agg_mode, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
         entropy_coef=cfg.entropy_coef, log_entropy=True, temperature=cfg.temperature,
+        off_policy_correction=getattr(cfg, "off_policy_correction", "none"),
+        is_cap=getattr(cfg, "is_cap", 2.0),
     )
