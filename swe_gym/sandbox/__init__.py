@@ -26,4 +26,11 @@ def make_sandbox(task: Task, backend: str = "local", **options: Any) -> Sandbox:
     return getattr(importlib.import_module(module), cls)(task, **options)
 
 
-__all__ = ["BACKENDS", "DEFAULT_COMMAND_TIMEOUT", "CommandResult", "Sandbox", "cap_output", "make_sandbox"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_COMMAND_TIMEOUT",
+    "CommandResult",
+    "Sandbox",
+    "cap_output",
+    "make_sandbox",
+]

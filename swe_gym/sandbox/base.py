@@ -24,7 +24,7 @@ class CommandResult:
     duration: float = 0.0
     truncated: bool = False  # the output was cut to the cap
     restarted: bool = False  # the shell died (exit, kill -9 $$, OOM) and a fresh one was started
-    oom_killed: bool = False  # the kernel's OOM killer ended the command (when the backend can tell)
+    oom_killed: bool = False  # the kernel's OOM killer ended it (when the backend can tell)
 
 
 @runtime_checkable
@@ -37,9 +37,14 @@ class Sandbox(Protocol):
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult: ...
 
-    def read_file(self, path: str) -> bytes: ...
+    def read_file(self, path: str) -> bytes:
+        """ValueError for a path leaving ``workdir`` (``..``, elsewhere, a symlink out),
+        FileNotFoundError, IsADirectoryError (also a FIFO or other non-file), OSError."""
+        ...
 
-    def write_file(self, path: str, data: bytes | str) -> None: ...
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Parents are created; the same errors as ``read_file``."""
+        ...
 
     def diff(self) -> str:
         """``git diff`` of the working copy against ``base_commit``, new files included."""
