@@ -220,3 +220,113 @@ def test_turn_length_penalty():
     assert close(got, [0, 0, 0, -0.5, -1])
     with pytest.raises(ValueError, match="max_turns"):
         core.turn_length_penalty(T([1]), threshold=10, max_turns=10)
+
+
+# ---------------------------------------------------------------- found by mutation testing
+# (benchmarks/mutation.py; each test kills mutants the tests above let survive)
+
+
+def test_ratio_is_new_over_old_with_nonzero_old_logprobs():
+    lp = T([[-1.0, -2.0]], requires_grad=True)
+    old = T([[-1.5, -1.0]])
+    loss, m = core.clipped_policy_loss(lp, old, T([1.0]), T([[1, 1]]), eps_low=10.0,
+                                       eps_high=10.0)
+    r = torch.exp(lp.detach() - old)  # e^0.5, e^-1: inside the (wide) clip band
+    assert close(m["ratio_mean"], r.mean()) and close(m["ratio_max"], r.max())
+    assert close(m["ratio_min"], r.min()) and close(loss, -r.mean())
+    # approx_kl is the k3 estimate of KL(old || new)
+    assert close(m["approx_kl"], core.kl_estimate(old, lp.detach(), "k3").mean())
+
+
+def test_clip_fractions_count_only_the_clipped_side():
+    # tokens: (ratio, advantage) = (0.5, -1) clipped low; (0.5, 0) and (0.5, +0.5) not clipped
+    # (no gradient cut on that side); (0.9, -1) inside 1 - eps_low; (1.5, +1) clipped high;
+    # (1.5, 0) not; (1.1, +1) inside 1 + eps_high
+    ratio = T([[0.5, 0.5, 0.5, 0.9, 1.5, 1.5, 1.1]])
+    adv = T([[-1.0, 0.0, 0.5, -1.0, 1.0, 0.0, 1.0]])
+    _, m = core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv,
+                                    torch.ones_like(ratio), eps_low=0.2, eps_high=0.28)
+    assert close(m["clip_frac_low"], 1 / 7) and close(m["clip_frac_high"], 1 / 7)
+
+
+def test_dual_clip_touches_only_negative_advantages():
+    ratio = T([[8.0, 8.0, 8.0]])
+    adv = T([[-1.0, 0.0, 1.0]])
+    loss, m = core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv,
+                                       torch.ones_like(ratio), dual_clip=3.0, global_token_count=1)
+    # -1: max(8, 0.8) = 8 -> bounded at 3; 0: 0; +1: max(-8, -1.2) = -1.2
+    assert close(loss, 3.0 + 0.0 - 1.2, 1e-5) and close(m["dual_clip_frac"], 1 / 3)
+    core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv, torch.ones_like(ratio),
+                             dual_clip=1.5)  # any c > 1 is accepted
+    with pytest.raises(ValueError, match=r"dual_clip must be > 1 \(or None\); got 1.0"):
+        core.clipped_policy_loss(ratio.log(), ratio, adv, ratio, dual_clip=1.0)
+
+
+def test_clip_eps_checks_name_both_values():
+    x = T([[0.0]])
+    for low, high in ((-0.1, 0.2), (0.2, -0.1)):
+        with pytest.raises(ValueError, match=f"eps_low={low}, eps_high={high}"):
+            core.clipped_policy_loss(x, x, T([1.0]), x + 1, eps_low=low, eps_high=high)
+    core.clipped_policy_loss(x, x, T([1.0]), x + 1, eps_low=0.0, eps_high=0.0)  # 0 is allowed
+    # the defaults are the symmetric 0.2 of PPO/GRPO: ratio 1.25 is clipped high, 0.75 low
+    _, m = core.clipped_policy_loss(T([[1.25, 0.75]]).log(), T([[0.0, 0.0]]), T([[1.0, -1.0]]),
+                                    T([[1, 1]]))
+    assert close(m["clip_frac_high"], 0.5) and close(m["clip_frac_low"], 0.5)
+
+
+def test_global_counts_reach_the_aggregation():
+    lp, mask = T([[-1.0, -2.0, 0.0]]), T([[1, 1, 0]])
+    adv = T([1.0])
+    whole, _ = core.clipped_policy_loss(lp, lp, adv, mask)
+    half, _ = core.clipped_policy_loss(lp, lp, adv, mask, global_token_count=4)
+    assert close(half, whole / 2)
+    seq, _ = core.clipped_policy_loss(lp, lp, adv, mask, agg_mode="seq-mean-token-mean",
+                                      global_seq_count=2)
+    assert close(seq, whole / 2)
+
+
+def test_sequence_advantages_broadcast_when_batch_and_length_differ():
+    lp = torch.randn(2, 5, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 5)
+    adv = T([1.0, -2.0])
+    a, _ = core.clipped_policy_loss(lp, lp - 0.1, adv, mask)
+    b, _ = core.clipped_policy_loss(lp, lp - 0.1, adv[:, None].expand(2, 5), mask)
+    assert close(a, b)
+    assert core.pg_loss(lp, None, adv.double(), mask)[0].dtype == lp.dtype
+
+
+def test_entropy_of_a_batch_equals_each_row_alone():
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(1))
+    ent = core.entropy_from_logits(logits)
+    assert ent.shape == (2, 3)
+    for b in range(2):
+        assert close(ent[b], core.entropy_from_logits(logits[b]))
+
+
+def test_error_messages_name_the_value_and_the_choices():
+    with pytest.raises(ValueError, match=r"unknown loss aggregation mode 'tok'; choose one of"):
+        core.agg_loss(T([[1.0]]), T([[1]]), "tok")
+    with pytest.raises(ValueError, match=r"loss_mat shape \(1, 2\) != mask shape \(1, 1\)"):
+        core.agg_loss(T([[1.0, 2.0]]), T([[1]]))
+    with pytest.raises(ValueError, match=r"needs a \[B, T\] loss, got shape \(2,\)"):
+        core.agg_loss(T([1.0, 2.0]), T([1, 1]), "seq-mean-token-mean")
+    with pytest.raises(ValueError, match="unknown policy loss 'dapoo'.*Did you mean 'dapo'"):
+        core.get_policy_loss_fn("dapoo")
+    with pytest.raises(ValueError, match="unknown KL estimator 'k4'"):
+        core.kl_estimate(T([0.0]), T([0.0]), "k4")
+    with pytest.raises(ValueError, match=r"rewards must be 1-D .* got rewards \(2,\), "
+                                         r"group_index \(3,\)"):
+        core.group_advantages(T([1.0, 0.0]), T([0, 0, 1]))
+    with pytest.raises(ValueError, match=r"rewards of shape \(4,\) need a group_index \[N\]"):
+        core.keep_nonconstant_groups(T([1.0, 0.0, 1.0, 1.0]))
+
+
+def test_group_advantages_flat_layout_honours_normalize_std_and_dtypes():
+    rewards, index = T([1.0, 0.0, 3.0, 1.0]), T([0, 0, 1, 1])
+    centred = core.group_advantages(rewards, index, normalize_std=False)
+    assert close(centred, [0.5, -0.5, 1.0, -1.0])
+    assert core.group_advantages(T([[1, 0], [0, 0]]), normalize_std=False).dtype == torch.float32
+    assert core.group_advantages(rewards.double(), index).dtype == torch.float64
+    # a group whose only max is negative: the max is not taken against a 0 start value
+    assert close(core.group_advantages(T([-1.0, -3.0]), T([0, 0]), normalize_std=False),
+                 [1.0, -1.0])
