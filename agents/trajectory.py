@@ -24,10 +24,13 @@ from typing import Any
 FORMAT_VERSION = 1
 
 # Why an episode ended. "submitted": the env terminated it (the agent submitted); "max_turns":
-# the env truncated it; the rest are decided on the agent side.
+# the env truncated it; "sandbox_failed" / "grading_error": the env ended it by its own failure
+# (info["end_reason"]); the rest are decided on the agent side.
 FINISH_REASONS = (
     "submitted",
     "max_turns",
+    "sandbox_failed",
+    "grading_error",
     "context_overflow",
     "invalid_actions",
     "time_budget",
