@@ -513,18 +513,13 @@ def rloo_advantages(rewards: Tensor, group_index: Tensor | None = None) -> Tenso
     of ``n >= 2``; a single-sample group gives 0 (no baseline). Shapes as
     :func:`group_advantages` (``[N]`` with ``group_index``, or ``[G, n]``).
     """
-    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
-    if rewards.dim() == 2 and group_index is None:
-        g, n = rewards.shape
-        index = torch.arange(g, device=rewards.device).repeat_interleave(n)
-        return rloo_advantages(rewards.reshape(-1), index).reshape(g, n)
-    if group_index is None:
-        raise ValueError(f"rewards of shape {tuple(rewards.shape)} need a group_index [N]")
-    mean, _, constant = _group_stats(rewards, group_index)
-    _, inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
-    n = counts[inverse].to(torch.float64)
-    adv = (rewards.to(torch.float64) - mean) * n / (n - 1).clamp(min=1)
-    return torch.where(constant, torch.zeros_like(adv), adv).to(out_dtype)
+    centred = group_advantages(rewards, group_index, normalize_std=False)  # 0: constant groups
+    if group_index is None:  # [G, n] (group_advantages checked the layout)
+        n = torch.tensor(float(rewards.shape[-1]), dtype=centred.dtype)
+    else:
+        _, inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
+        n = counts[inverse].to(centred.dtype)
+    return centred * n / (n - 1).clamp(min=1)
 
 
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo")
