@@ -37,7 +37,7 @@ PACKAGES = ("swe_gym", "envs", "agents", "algos")
 
 # module -> (file, the tests that exercise it: fast ones first)
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "core": ("algos/core.py", ["tests/algos/test_core.py"]),
+    "core": ("algos/core.py", ["tests/algos/test_core.py", "tests/algos/test_objectives.py"]),
     "learner": ("algos/learner.py", ["tests/algos/test_learner.py", "-m", "not slow",
                                      "-k", "not killed_process"]),
     "trainer": ("algos/trainer.py", ["tests/algos/test_trainer_guards.py",
@@ -123,7 +123,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / "mutation.json"
-    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results: dict = {}
     print(f"{'module':>20} {'mutants':>7} {'checked':>7} {'killed':>6} {'survived':>8} "
           f"{'timeout':>7} {'score':>6} {'wall s':>7}")
     for module in args.modules:
@@ -137,7 +137,9 @@ def main() -> None:
         if r["stderr_tail"]:
             print(r["stderr_tail"], file=sys.stderr)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(results, indent=1))
+    # read just before writing: other modules' results may come from a run going on beside
+    merged = json.loads(out_path.read_text()) if out_path.exists() else {}
+    out_path.write_text(json.dumps({**merged, **results}, indent=1))
     print(f"wrote {out_path}; survivors: mutmut show NAME in the module's copy")
 
 

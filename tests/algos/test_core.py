@@ -330,3 +330,9 @@ def test_group_advantages_flat_layout_honours_normalize_std_and_dtypes():
     # a group whose only max is negative: the max is not taken against a 0 start value
     assert close(core.group_advantages(T([-1.0, -3.0]), T([0, 0]), normalize_std=False),
                  [1.0, -1.0])
+
+
+def test_k3_log_ratio_is_clamped_both_ways():
+    # logp - ref = +-30 is clamped to +-20 before exp (docstring): k3 = e^r - r - 1 with r = -+20
+    k3 = core.kl_estimate(T([30.0, -30.0]), T([0.0, 0.0]), "k3")
+    assert close(k3, [math.exp(-20) + 20 - 1, math.exp(20) - 20 - 1], 1e-3)
