@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from swe_gym.synth.operators import OPERATORS, Mutation, mutations_of
 from swe_gym.synth.pipeline import SynthConfig, synthesize
-from swe_gym.synth.split import function_of, split_tasks
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy: `python -m swe_gym.synth.split` runs that module fresh
+    if name in ("function_of", "split_tasks"):
+        from swe_gym.synth import split
+
+        return getattr(split, name)
+    raise AttributeError(f"module 'swe_gym.synth' has no attribute {name!r}")
 
 __all__ = [
     "OPERATORS",
