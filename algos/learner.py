@@ -9,7 +9,9 @@
    in one row, block-diagonal causal attention, ``position_ids`` restarting per sequence);
 3. per micro-batch: chunked token log-probs (:mod:`algos.logprobs`), the policy loss chosen by
    name from :mod:`algos.core` normalised by the GLOBAL number of loss tokens (or sequences) in
-   the step, ``+ kl_coef * KL - entropy_coef * H``, backward (gradients accumulate);
+   the step (per token times the off-policy correction's weight, ``off_policy_correction``),
+   ``+ kl_coef * KL - entropy_coef * H``, backward (gradients accumulate); the sampler/learner
+   mismatch (``mismatch_*``) is measured on the way;
 4. gradient-norm clipping, AdamW, LR schedule (linear warm-up, then constant or cosine).
 
 A non-finite loss or gradient norm skips the step (no update, counted in ``skipped_steps``

@@ -8,8 +8,9 @@ One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
 3. reward = env reward (or ``reward_fn``) + the turn-based length penalty when enabled; a reward
    function that raises drops that sample (counted, error logged); episodes that crashed or are
    not token-exact are dropped (counted); when all of them fail, or more than
-   ``max_error_share``, the run stops with the first error (:class:`EpisodesFailed`);
-4. group-normalised advantages (``algos.core.group_advantages``);
+   ``max_error_share``, the run stops with the first error (:class:`EpisodesFailed`); with
+   ``mask_failed_groups`` every group holding a failed or timed-out episode is left out;
+4. group advantages (``advantage_estimator``: grpo, ``algos.core.group_advantages``, or rloo);
 5. the named filter drops samples (``nonzero_advantage``: Nebius; ``nonconstant_group``: DAPO
    dynamic sampling; ``none``: GRPO); while fewer than ``batch_size`` samples survive, more
    problems are sampled (at most ``max_refill_rounds`` extra rounds), then ``on_exhausted``
@@ -20,8 +21,9 @@ One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
 7. the kept samples are shuffled and split into ``min(max_steps_per_iteration,
    kept // batch_size)`` mini-batches, one optimiser step each (``algos.learner.Learner``:
    global-token normalisation, clipping, KL, NaN-skip);
-8. the new weights are pushed to the rollout engine; metrics go to ``metrics.jsonl`` (and
-   TensorBoard / W&B); a checkpoint (learner + task sampler + iteration) is written.
+8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
+   episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
+   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint (learner + task sampler + iteration) is written.
 
 Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
 with status 130; ``--resume RUN_DIR`` continues the same run.
