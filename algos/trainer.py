@@ -23,7 +23,8 @@ One iteration (:meth:`Trainer.iteration`), methods.md 3-5:
    global-token normalisation, clipping, KL, NaN-skip);
 8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
    episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
-   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint (learner + task sampler + iteration) is written.
+   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint
+   (learner + task sampler + iteration) is written.
 
 Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
 with status 130; ``--resume RUN_DIR`` continues the same run.
