@@ -909,7 +909,8 @@ class Trainer:
         mode = cfg.old_logprobs
         if mode == "auto":  # a correction needs the learner's log-probs next to the sampler's
             same = self.policy.on_policy and self.policy.shares_weights
-            mode = "sampler" if same and cfg.off_policy_correction == "none" else "recompute"
+            correct = getattr(cfg, "off_policy_correction", "none") != "none"
+            mode = "sampler" if same and not correct else "recompute"
         if mode == "sampler" and not self.policy.on_policy:
             raise ConfigError(
                 f"old_logprobs='sampler' needs on-policy rollouts; rollout_model="
