@@ -611,6 +611,8 @@ def mismatch_metrics(
     """
     with torch.no_grad():
         m = mask.bool()
+        # float64: a float32 k3 of two nearly equal policies (KL ~1e-10) is all rounding noise
+        learner_logprobs, sampler_logprobs = learner_logprobs.double(), sampler_logprobs.double()
         log_r = (learner_logprobs - sampler_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
         r = torch.exp(log_r)
         any_tok = bool(m.any())
