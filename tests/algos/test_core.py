@@ -251,11 +251,11 @@ def test_clip_fractions_count_only_the_clipped_side():
 
 def test_dual_clip_touches_only_negative_advantages():
     ratio = T([[8.0, 8.0, 8.0]])
-    adv = T([[-1.0, 0.0, 1.0]])
+    adv = T([[-1.0, 0.0, 0.5]])
     loss, m = core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv,
                                        torch.ones_like(ratio), dual_clip=3.0, global_token_count=1)
-    # -1: max(8, 0.8) = 8 -> bounded at 3; 0: 0; +1: max(-8, -1.2) = -1.2
-    assert close(loss, 3.0 + 0.0 - 1.2, 1e-5) and close(m["dual_clip_frac"], 1 / 3)
+    # -1: max(8, 0.8) = 8 -> bounded at 3; 0: 0; +0.5: max(-4, -0.6) = -0.6 (not bounded)
+    assert close(loss, 3.0 + 0.0 - 0.6, 1e-5) and close(m["dual_clip_frac"], 1 / 3)
     core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv, torch.ones_like(ratio),
                              dual_clip=1.5)  # any c > 1 is accepted
     with pytest.raises(ValueError, match=r"dual_clip must be > 1 \(or None\); got 1.0"):
@@ -337,3 +337,11 @@ def test_k3_log_ratio_is_clamped_both_ways():
     k3 = core.kl_estimate(T([30.0, -30.0]), T([0.0, 0.0]), "k3")
     want = T([math.exp(-20) + 20 - 1, math.exp(20) - 20 - 1])
     assert torch.allclose(k3, want, rtol=1e-6, atol=0)
+
+
+def test_masked_mean_and_sum_along_a_dim():
+    v = T([[1.0, 2.0, 4.0], [3.0, float("nan"), 5.0]])
+    m = T([[1, 1, 0], [1, 0, 0]])
+    assert close(core.masked_mean(v, m, dim=-1), [1.5, 3.0])
+    assert close(core.masked_sum(v, m, dim=-1), [3.0, 3.0])
+    assert close(core.masked_mean(v, m), 2.0)
