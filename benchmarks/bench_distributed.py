@@ -6,7 +6,10 @@
    max_memory_allocated on CUDA)
    vs sequence length, without CP (1 process) and with CP=2 (torchrun, 2 processes); the
    activation part should fall ~1/CP.
-2. Learner tokens/s with 1 and 2 data-parallel processes (same global batch).
+2. Learner tokens/s with 1 and 2 data-parallel processes, both ways: weak scaling (each rank
+   a row of seq_len tokens, so the global batch grows with the processes) and strong scaling
+   (one global batch of seq_len tokens split over the ranks). Ideal: 2x weak, 2x strong; strong
+   falls short sooner (smaller per-rank work, same gradient all-reduce).
 3. Rollout throughput (episodes/s, SWEStarter + the oracle model) vs number of Ray workers.
 4. On a GPU: tokens/s and MFU (6 * params * tokens/s / peak FLOP/s).
 
@@ -193,19 +196,27 @@ def main() -> None:
             print(f"{t:>8} {cp:>3} {cp:>5} {peak / 2**20:>14.1f} {rss / 2**20:>11.1f} "
                   f"{rows[0]['tokens_per_s']:>9.0f}")
     t = args.seq_lens[0]
-    for n in (1, 2):
-        rows = launch(n, [*common, "--seq-len", str(t), "--cp", "1"])
-        r = rows[0]
-        entry = {"procs": n, "seq_len_per_rank": t, "tokens_per_s": r["tokens_per_s"]}
-        if args.device == "cuda":
-            entry["mfu"] = 6 * r["params"] * r["tokens_per_s"] / (args.peak_tflops * 1e12 * n)
-        results["throughput"].append(entry)
+    one = None
+    for scaling in ("weak", "strong"):
+        for n in (1, 2):
+            per_rank = t if scaling == "weak" else t // n
+            if n == 1 and one is not None:  # the 1-process run is the same for both
+                r = one
+            else:
+                r = launch(n, [*common, "--seq-len", str(per_rank), "--cp", "1"])[0]
+            one = r if n == 1 else one
+            entry = {"scaling": scaling, "procs": n, "seq_len_per_rank": per_rank,
+                     "global_tokens_per_step": per_rank * n, "tokens_per_s": r["tokens_per_s"]}
+            if args.device == "cuda":
+                entry["mfu"] = 6 * r["params"] * r["tokens_per_s"] / (args.peak_tflops * 1e12 * n)
+            results["throughput"].append(entry)
     base = results["throughput"][0]["tokens_per_s"]
-    print(f"\n{'DP procs':>8} {'tok/s':>9} {'speed-up':>9}" +
+    print(f"\n{'scaling':>7} {'DP procs':>8} {'tokens/rank':>11} {'tok/s':>9} {'speed-up':>9}" +
           (f" {'MFU':>6}" if args.device == "cuda" else ""))
     for e in results["throughput"]:
         mfu = f" {e['mfu']:>6.1%}" if "mfu" in e else ""
-        print(f"{e['procs']:>8} {e['tokens_per_s']:>9.0f} {e['tokens_per_s'] / base:>8.2f}x{mfu}")
+        print(f"{e['scaling']:>7} {e['procs']:>8} {e['seq_len_per_rank']:>11} "
+              f"{e['tokens_per_s']:>9.0f} {e['tokens_per_s'] / base:>8.2f}x{mfu}")
     if not args.skip_ray:
         results["rollout"] = bench_ray(args.ray_workers, args.ray_episodes)
         print(f"\n{'Ray workers':>11} {'episodes':>8} {'wall s':>7} {'ep/s':>6}")
