@@ -421,9 +421,10 @@ class RLConfig(RunConfig):
     """grpo (group mean, divided by the group std when normalize_std) or rloo (leave-one-out
     mean of the other group members, no std)."""
     mask_failed_groups: bool = False
-    """Instance-level failure masking: a group in which any episode ended by a sandbox or
-    rollout error, a timeout or a failing reward function is left out of the loss (counted as
-    failure_masked), instead of dropping only the failed episode and scoring the rest."""
+    """Instance-level failure masking: a group in which any episode ended by a rollout error, a
+    timeout, a dead sandbox (sandbox_failed), no grading verdict (grading_error) or a failing
+    reward function is left out of the loss (counted as failure_masked), instead of scoring
+    those episodes 0 or dropping only them."""
     off_policy_correction: str = "none"
     """Sampler/learner mismatch correction: none, tis (truncated importance sampling:
     min(exp(learner - sampler), is_cap) times the per-token loss) or decoupled (decoupled PPO:

@@ -575,13 +575,17 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
     return out
 
 
+# Ends that say nothing about the policy: the rollout or the env failed (agents' FINISH_REASONS)
+INFRA_FAILURES = ("error", "timeout", "sandbox_failed", "grading_error")
+
+
 def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
                        counters: Counters) -> list[Scored]:
-    """Drop every scored member of a group in which an episode failed (a rollout error, a
-    timeout, or a reward that could not be computed: anything ``score_trajectories`` did not
-    score, and timeouts it did); counted in ``failure_masked``."""
+    """Drop every scored member of a group in which an episode failed: it ended in
+    ``INFRA_FAILURES`` (a rollout error, a timeout, a dead sandbox, no grading verdict) or was
+    not scored at all (e.g. its reward function raised); counted in ``failure_masked``."""
     ok = {id(s.traj) for s in scored}
-    failed = torch.tensor([id(t) not in ok or t.finish_reason == "timeout" for t in trajs])
+    failed = torch.tensor([id(t) not in ok or t.finish_reason in INFRA_FAILURES for t in trajs])
     keep = core.keep_groups_without_failures(failed, torch.tensor(list(groups)))
     bad_groups = {g for g, k in zip(groups, keep.tolist(), strict=True) if not k}
     out = [s for s in scored if s.group not in bad_groups]

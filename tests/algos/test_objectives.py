@@ -87,17 +87,18 @@ def _traj(task, reason="submitted"):
     return SimpleNamespace(task_id=task, finish_reason=reason)
 
 
-def test_mask_failed_groups_drops_the_whole_group_of_an_errored_or_timed_out_episode():
-    trajs = [_traj("a"), _traj("a", "error"), _traj("b"), _traj("b"), _traj("c", "timeout"),
-             _traj("c")]
-    groups = [0, 0, 1, 1, 2, 2]
-    # score_trajectories dropped the errored episode; the timed-out one was scored (reward 0)
+def test_mask_failed_groups_drops_the_whole_group_of_a_failed_episode():
+    trajs = [_traj("a"), _traj("a", "error"), _traj("b"), _traj("b", "max_turns"),
+             _traj("c", "timeout"), _traj("c"), _traj("d", "sandbox_failed"), _traj("d"),
+             _traj("e"), _traj("e", "grading_error")]
+    groups = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    # score_trajectories dropped the errored episode; the others were scored (reward 0)
     scored = [Scored(t, g, 0.0) for t, g in zip(trajs, groups, strict=True)
               if t.finish_reason != "error"]
     counters = Counters()
     kept = mask_failed_groups(trajs, groups, scored, counters)
-    assert [s.traj for s in kept] == trajs[2:4]
-    assert counters.failure_masked == 3  # a's survivor and both of c
+    assert [s.traj for s in kept] == trajs[2:4]  # hitting max_turns is the policy's doing
+    assert counters.failure_masked == 7  # a's survivor, both of c, d and e
 
 
 # ---------------------------------------------------------------- off-policy correction
