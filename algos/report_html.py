@@ -125,8 +125,9 @@ def render_episode(traj: Any, meta: dict[str, Any]) -> str:
         parts.append(f'<details><summary>prompt</summary><pre>{esc(_clip(traj.prompt))}</pre>'
                      '</details>')
     for i, turn in enumerate(traj.turns):
-        flags = " (invalid action" + (f": {esc(turn.invalid_reason)}" if turn.invalid_reason
-                                      else "") + ")" if turn.invalid_action else ""
+        flags = ""
+        if turn.invalid_action:
+            flags = f", invalid action: {esc(turn.invalid_reason or '-')}"
         parts.append(
             f'<div class="turn"><b>turn {i + 1}</b> <span class="muted">tool '
             f'{esc(turn.tool or "-")}, reward {esc(_fmt(float(turn.reward)))}, '
