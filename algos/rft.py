@@ -33,6 +33,7 @@ from algos.data import Sample
 from algos.learner import LearnerConfig
 from algos.trainer import (
     CHECKPOINT_DIR,
+    ENV_FAILURES,
     METRICS_FILE,
     Counters,
     EpisodesFailed,
@@ -129,6 +130,9 @@ def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
             if t.finish_reason == "error" or not t.turns:
                 failed.rollout_errors += 1
                 failed.errors.append(f"rollout {t.task_id}: {(t.error or 'no turns')[:300]}")
+            elif t.finish_reason in ENV_FAILURES:
+                failed.env_failures += 1
+                failed.errors.append(f"env {t.task_id}: {t.finish_reason}: {(t.error or '')[:300]}")
         check_episode_errors(failed, cfg.max_error_share, "rft rollouts")
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
     return kept, len(trajs)

@@ -528,6 +528,7 @@ class Counters:
 
     episodes: int = 0
     rollout_errors: int = 0
+    env_failures: int = 0  # scored (reward 0) but the env's failure: a dead sandbox, no verdict
     not_token_exact: int = 0
     reward_errors: int = 0
     truncated: int = 0
@@ -568,6 +569,10 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
             log.warning("reward function failed on task %s: %s: %s", traj.task_id,
                         type(e).__name__, e)
             continue
+        if traj.finish_reason in ENV_FAILURES:
+            counters.env_failures += 1
+            counters.errors.append(f"env {traj.task_id}: {traj.finish_reason}: "
+                                   f"{(traj.error or '')[:300]}")
         if getattr(cfg, "length_penalty", False):
             reward += float(core.turn_length_penalty(
                 torch.tensor([traj.num_turns]), cfg.length_threshold, cfg.max_turns)[0])
@@ -576,7 +581,8 @@ def score_trajectories(cfg: Any, trajs: Sequence[Any], groups: Sequence[int],
 
 
 # Ends that say nothing about the policy: the rollout or the env failed (agents' FINISH_REASONS)
-INFRA_FAILURES = ("error", "timeout", "sandbox_failed", "grading_error")
+ENV_FAILURES = ("sandbox_failed", "grading_error")
+INFRA_FAILURES = ("error", "timeout", *ENV_FAILURES)
 
 
 def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
@@ -596,13 +602,15 @@ def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list
 def check_episode_errors(counters: Counters, max_share: float, where: str) -> None:
     """Raise :class:`EpisodesFailed` (with the first error) when every episode failed or more
     than ``max_share`` of them did; only the filters drop episodes on purpose."""
-    failed = counters.rollout_errors + counters.not_token_exact + counters.reward_errors
+    failed = (counters.rollout_errors + counters.env_failures + counters.not_token_exact
+              + counters.reward_errors)
     if not failed or (failed < counters.episodes and failed <= max_share * counters.episodes):
         return
     first = counters.errors[0] if counters.errors else "(no message)"
     raise EpisodesFailed(
         f"{where}: {failed} of {counters.episodes} episodes failed ({counters.rollout_errors} "
-        f"rollout errors, {counters.not_token_exact} not token-exact, {counters.reward_errors} "
+        f"rollout errors, {counters.env_failures} sandbox/grading failures, "
+        f"{counters.not_token_exact} not token-exact, {counters.reward_errors} "
         f"reward errors; max_error_share={max_share}); first error: {first}")
 
 
@@ -1186,6 +1194,7 @@ class Trainer:
         return {
             "episodes": counters.episodes,
             "rollout_errors": counters.rollout_errors,
+            "env_failures": counters.env_failures,
             "reward_errors": counters.reward_errors,
             "not_token_exact": counters.not_token_exact,
             "truncated": counters.truncated,
