@@ -1,0 +1,24 @@
+"""An OpenAI-compatible gateway in front of a rollout engine that records, per session, the
+token-exact ``Trajectory`` a learner trains on: any agent written against the ``openai`` client
+becomes trainable.
+
+    gateway = Gateway(TransformersModel(path))
+    url = gateway.start()            # http://127.0.0.1:<port>/v1
+    client = openai.OpenAI(base_url=url, api_key="k", default_headers={"X-Session-Id": "ep-1"})
+    ...                              # the agent program talks to the client
+    trajectory = gateway.pop_session("ep-1")
+"""
+
+from agents.gateway.server import SESSION_HEADER, APIError, Gateway, sampling_params
+from agents.gateway.sessions import PREFIX_FAILED, SessionRecorder, key_session_id, split_segments
+
+__all__ = [
+    "PREFIX_FAILED",
+    "SESSION_HEADER",
+    "APIError",
+    "Gateway",
+    "SessionRecorder",
+    "key_session_id",
+    "sampling_params",
+    "split_segments",
+]

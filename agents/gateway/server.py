@@ -1,0 +1,285 @@
+"""The gateway's HTTP side: an OpenAI-compatible Starlette app served by uvicorn.
+
+``/v1/chat/completions`` (non-streaming, ``n=1``, text messages; ``temperature``, ``top_p``,
+``max_tokens``/``max_completion_tokens``, ``seed`` and ``stop`` honoured) and ``/v1/models``.
+Errors come back in OpenAI's form, ``{"error": {"message", "type", "param", "code"}}`` with a
+4xx status, so the ``openai`` client raises its usual exceptions. The session is the
+``X-Session-Id`` header, else a hash of the API key; the key itself is never logged or stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agents.gateway.sessions import SessionRecorder, key_session_id
+from agents.protocols import Model, SamplingParams
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-session-id"
+ROLES = ("system", "user", "assistant", "tool")
+# Accepted only at their no-op values: anything else would change sampling without being honoured.
+_NOOP_PARAMS = {
+    "frequency_penalty": (0, 0.0, None),
+    "presence_penalty": (0, 0.0, None),
+    "logit_bias": (None, {}),
+    "stream": (False, None),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "functions": (None, []),
+    "response_format": (None, {"type": "text"}),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+}
+_IGNORED = {"model", "messages", "user", "metadata", "store", "parallel_tool_calls"}
+_SAMPLING = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n"}
+
+
+class APIError(Exception):
+    """An OpenAI-style error response."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = "invalid_request_error" if status < 500 else "server_error"
+
+    def response(self) -> JSONResponse:
+        body = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return JSONResponse({"error": body}, status_code=self.status)
+
+
+def _number(body: dict, name: str, low: float, high: float, default: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise APIError(400, f"{name} must be a number in [{low}, {high}], got {value!r}", name)
+    return float(value)
+
+
+def sampling_params(body: dict[str, Any], default_max_tokens: int) -> SamplingParams:
+    """The request's sampling settings, or an ``APIError`` naming the bad field."""
+    for name, allowed in _NOOP_PARAMS.items():
+        if body.get(name) not in allowed:
+            hint = " (tool calls are not supported yet)" if name in ("tools", "tool_choice") else ""
+            raise APIError(400, f"{name}={body[name]!r} is not supported{hint}", name)
+    unknown = sorted(set(body) - set(_NOOP_PARAMS) - _IGNORED - _SAMPLING)
+    if unknown:
+        raise APIError(400, f"unsupported parameters {unknown}", unknown[0])
+    if body.get("n", 1) != 1:
+        raise APIError(400, f"n must be 1 (one sample per request), got {body['n']!r}", "n")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or default_max_tokens
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise APIError(
+            400, f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens"
+        )
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise APIError(400, f"seed must be an integer, got {seed!r}", "seed")
+    stop = body.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else stop
+    if (
+        not isinstance(stop, list)
+        or not all(isinstance(s, str) and s for s in stop)
+        or len(stop) > 4
+    ):
+        raise APIError(
+            400, f"stop must be a string or up to 4 strings, got {body['stop']!r}", "stop"
+        )
+    top_p = _number(body, "top_p", 0.0, 1.0, 1.0)
+    if top_p == 0:
+        raise APIError(400, "top_p must be > 0", "top_p")
+    return SamplingParams(
+        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
+        top_p=top_p,
+        max_new_tokens=max_tokens,
+        seed=seed,
+        stop=stop,
+    )
+
+
+def _content(message: dict[str, Any], index: int) -> str:
+    content = message.get("content")
+    if content is None and message.get("role") == "assistant":
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise APIError(400, f"messages[{index}].content must be text, got {content!r:.80}", "messages")
+
+
+def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "messages must be a non-empty list of messages", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise APIError(400, f"messages[{i}] must have a role in {list(ROLES)}", "messages")
+        if m.get("tool_calls") or m.get("function_call"):
+            raise APIError(
+                400, f"messages[{i}] has tool calls, which are not supported yet", "messages"
+            )
+        out.append({**m, "content": _content(m, i)})
+    if out[-1]["role"] == "assistant":
+        raise APIError(400, "the last message must not be an assistant message", "messages")
+    return out
+
+
+class Gateway:
+    """OpenAI-compatible server in front of a token ``Model`` that records each session.
+
+    Args:
+        model: a token backend (``TransformersModel``, ``VLLMModel``) with a chat template.
+        name: the model id clients must ask for (default: ``model.name``).
+        default_max_tokens: ``max_tokens`` when a request sets none.
+    """
+
+    def __init__(self, model: Model, name: str | None = None, default_max_tokens: int = 1024):
+        self.recorder = SessionRecorder(model, name)
+        self.name = self.recorder.name
+        self.default_max_tokens = default_max_tokens
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.url: str | None = None
+
+    # recorded sessions ---------------------------------------------------------------------
+    def trajectory(self, session_id: str):
+        return self.recorder.trajectory(session_id)
+
+    def pop_session(self, session_id: str):
+        return self.recorder.pop_session(session_id)
+
+    def session_ids(self) -> list[str]:
+        return self.recorder.session_ids()
+
+    @property
+    def prefix_failures(self) -> int:
+        return self.recorder.prefix_failures
+
+    # HTTP -----------------------------------------------------------------------------------
+    async def _models(self, request: Request) -> JSONResponse:
+        model = {"id": self.name, "object": "model", "created": 0, "owned_by": "swe-gym-rl"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    def _session_id(self, request: Request) -> str:
+        sid = request.headers.get(SESSION_HEADER)
+        if sid:
+            return sid
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key:
+            raise APIError(
+                401, f"send an {SESSION_HEADER!r} header or an API key to name the session"
+            )
+        return key_session_id(key)
+
+    async def _chat(self, request: Request) -> JSONResponse:
+        try:
+            try:
+                body = json.loads(await request.body())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise APIError(400, f"request body is not valid JSON: {e}") from None
+            if not isinstance(body, dict):
+                raise APIError(400, "request body must be a JSON object")
+            if body.get("model") != self.name:
+                raise APIError(
+                    404,
+                    f"model {body.get('model')!r} is not served here; use {self.name!r}",
+                    "model",
+                    "model_not_found",
+                )
+            messages = parse_messages(body)
+            params = sampling_params(body, self.default_max_tokens)
+            sid = self._session_id(request)
+            gen = await run_in_threadpool(self.recorder.complete, sid, messages, params)
+        except APIError as e:
+            return e.response()
+        except Exception:
+            log.exception("gateway request failed")  # the traceback, never the headers
+            return APIError(500, "the rollout engine failed; see the gateway's log").response()
+        usage = {
+            "prompt_tokens": gen.usage.get("prompt_tokens", 0),
+            "completion_tokens": len(gen.token_ids),
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return JSONResponse(
+            {
+                "id": "chatcmpl-" + secrets.token_hex(12),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": gen.text},
+                        "finish_reason": gen.finish_reason,
+                        "logprobs": None,
+                    }
+                ],
+                "usage": usage,
+            }
+        )
+
+    # serving ----------------------------------------------------------------------------------
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve in a background thread; returns the base URL (``http://host:port/v1``).
+        ``port=0`` picks a free port."""
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="gateway", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"gateway server did not start on {host}:{port}")
+            time.sleep(0.01)
+        self.url = f"http://{host}:{sock.getsockname()[1]}/v1"
+        return self.url
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    def __enter__(self) -> Gateway:
+        if self.url is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

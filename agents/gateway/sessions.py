@@ -1,0 +1,239 @@
+"""Per-session token bookkeeping for the gateway: prefix check, delta ids, recorded turns.
+
+A client sends the whole message history on every request. The session keeps the exact ids the
+engine was conditioned on and sampled so far, plus the messages they stand for. A request that
+extends those messages (the previous ones, then the assistant reply the gateway returned, then
+new messages) only appends ids: the end-of-turn filler the model did not sample and the new
+messages' ids from ``agents.chat.ChatTemplate``. Earlier ids are never re-tokenised.
+
+Anything else is a prefix-check failure: the client edited or dropped history, retried a turn,
+or the chat template re-renders earlier messages once more follow (Qwen3 drops past ``<think>``
+blocks). The turn is then rendered whole, starts a new segment (a per-turn sample), is counted,
+and is marked (``invalid_action=True``, ``invalid_reason`` starting with ``prefix_check_failed``)
+so the learner masks it or splits the trajectory with :func:`split_segments`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.chat import ChatTemplate, ChatTemplateError
+from agents.protocols import Conversation, Generation, Model, SamplingParams
+from agents.trajectory import Trajectory, Turn
+
+PREFIX_FAILED = "prefix_check_failed"
+
+
+def key_session_id(api_key: str) -> str:
+    """A session id derived from an API key: a hash, so the key itself is never stored."""
+    return "key-" + hashlib.sha256(api_key.encode()).hexdigest()[:16]
+
+
+def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a message the template renders (clients echo back extra null fields)."""
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    for key in ("name", "tool_call_id"):
+        if message.get(key):
+            out[key] = message[key]
+    return out
+
+
+def split_segments(trajectory: Trajectory) -> list[Trajectory]:
+    """Split a gateway trajectory at its segment starts into trajectories that each flatten to
+    one token-exact sequence (``agent["segment_starts"]`` holds the turn indices)."""
+    starts = list(trajectory.agent.get("segment_starts", [0])) or [0]
+    bounds = [*starts, len(trajectory.turns)]
+    parts = []
+    for begin, end in zip(bounds, bounds[1:], strict=False):
+        part = copy.copy(trajectory)
+        part.turns = [copy.copy(t) for t in trajectory.turns[begin:end]]
+        if part.turns and (part.turns[0].invalid_reason or "").startswith(PREFIX_FAILED):
+            # Within its own segment the turn is a clean start: nothing to mask.
+            part.turns[0].invalid_action, part.turns[0].invalid_reason = False, None
+        part.agent = {**trajectory.agent, "segment_starts": [0]}
+        parts.append(part)
+    return parts
+
+
+@dataclass
+class Session:
+    """One client session: the trajectory so far and the state the next request must extend."""
+
+    session_id: str
+    trajectory: Trajectory
+    messages: list[dict[str, Any]] = field(default_factory=list)  # history incl. last reply
+    token_ids: list[int] = field(default_factory=list)  # exact ids: prompt + last completion
+    last_completion: list[int] = field(default_factory=list)
+    prefix_failures: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SessionRecorder:
+    """Turns chat requests into engine calls on exact ids and records them per session."""
+
+    def __init__(self, model: Model, name: str | None = None):
+        tokenizer = getattr(model, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(
+                f"model {getattr(model, 'name', model)!r} has no tokenizer; the gateway needs a "
+                "token backend (TransformersModel, VLLMModel) to record token-exact trajectories"
+            )
+        self.model = model
+        self.name = name or model.name
+        self.template = ChatTemplate(tokenizer)
+        self._generation_prompt = self._generation_prompt_ids()
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self.prefix_failures = 0
+        self.requests = 0
+
+    # -- token rendering ------------------------------------------------------------------------
+    def _render_text(self, messages: Sequence[dict[str, Any]], generation_prompt: bool) -> str:
+        return self.template.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=generation_prompt, tokenize=False
+        )
+
+    def _generation_prompt_ids(self) -> list[int]:
+        """Ids of the generation prompt, to drop from all but the last appended message."""
+        user = {"role": "user", "content": "Dummy follow-up."}
+        with_prompt = self.template.message_delta_ids(user)
+        text = self._render_text([user], True)
+        bare = self._render_text([user], False)
+        if not text.startswith(bare):
+            return []
+        suffix = text[len(bare) :]
+        ids = list(self.template.tokenizer.encode(suffix, add_special_tokens=False))
+        return ids if ids and with_prompt[-len(ids) :] == ids else []
+
+    def _appended_ids(self, new: Sequence[dict[str, Any]]) -> list[int]:
+        ids: list[int] = []
+        gp = self._generation_prompt
+        for message in new[:-1]:
+            delta = self.template.message_delta_ids(message)
+            if gp and delta[-len(gp) :] == gp:
+                delta = delta[: -len(gp)]
+            ids += delta
+        return ids + self.template.message_delta_ids(new[-1])
+
+    def _extension(self, session: Session, messages: list[dict[str, Any]]) -> tuple[list, str]:
+        """``(delta_ids, "")`` if ``messages`` extends the session, else ``([], why)``."""
+        old = session.messages
+        if not old:
+            return [], ""
+        if len(messages) <= len(old) or messages[: len(old)] != old:
+            return [], "the request's messages do not extend the session's history plus reply"
+        new = messages[len(old) :]
+        base = self._render_text(old, False)
+        if not self._render_text(messages, True).startswith(base):
+            return [], "the chat template re-renders earlier messages (not append-only)"
+        try:
+            delta = self._appended_ids(new)
+        except ChatTemplateError as e:
+            return [], f"chat template: {e}"
+        return self.template.turn_filler(session.last_completion) + delta, ""
+
+    # -- sessions -------------------------------------------------------------------------------
+    def _session(self, session_id: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                traj = Trajectory(model=self.name, token_exact=True, finish_reason="submitted")
+                traj.agent = {
+                    "class": "gateway",
+                    "session": session_id,
+                    "segment_starts": [],
+                    "prefix_failures": 0,
+                }
+                session = self._sessions[session_id] = Session(session_id, traj)
+            return session
+
+    def complete(
+        self, session_id: str, messages: list[dict[str, Any]], params: SamplingParams
+    ) -> Generation:
+        """Generate the reply to ``messages`` in ``session_id`` and record the turn."""
+        messages = [normalize_message(m) for m in messages]
+        session = self._session(session_id)
+        with session.lock:  # one request at a time per session: turns stay ordered
+            started = time.perf_counter()
+            delta, why = self._extension(session, messages)
+            traj = session.trajectory
+            new_segment = not delta
+            if new_segment:
+                delta = self.template.initial_ids(messages)
+                prompt = list(delta)
+                if why:
+                    session.prefix_failures += 1
+                    traj.agent["prefix_failures"] = session.prefix_failures
+                    with self._lock:
+                        self.prefix_failures += 1
+            else:
+                prompt = session.token_ids + delta
+            conversation = Conversation(
+                messages=messages,
+                token_ids=prompt,
+                metadata={"task_id": None, "turn": len(traj.turns)},
+            )
+            t0 = time.perf_counter()
+            gen = self.model.generate(conversation, params)
+            model_s = time.perf_counter() - t0
+            if not gen.token_exact or len(gen.logprobs) != len(gen.token_ids):
+                raise RuntimeError(
+                    f"engine {self.model.name!r} returned no exact token ids/log-probs; the "
+                    "gateway records token-exact trajectories only"
+                )
+            if new_segment:
+                traj.agent["segment_starts"].append(len(traj.turns))
+            if not traj.system_prompt and messages[0]["role"] == "system":
+                traj.system_prompt = messages[0]["content"]
+            if not traj.prompt:
+                traj.prompt = next((m["content"] for m in messages if m["role"] == "user"), "")
+            traj.sampling = {
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "max_new_tokens": params.max_new_tokens,
+            }
+            traj.turns.append(
+                Turn(
+                    prompt_delta_ids=list(delta),
+                    completion_ids=list(gen.token_ids),
+                    completion_logprobs=list(gen.logprobs),
+                    completion_finish_reason=gen.finish_reason,
+                    action=gen.text,
+                    invalid_action=bool(why),
+                    invalid_reason=f"{PREFIX_FAILED}: {why}" if why else None,
+                    model_s=model_s,
+                    wall_s=time.perf_counter() - started,
+                )
+            )
+            session.messages = [*messages, {"role": "assistant", "content": gen.text}]
+            session.token_ids = prompt + list(gen.token_ids)
+            session.last_completion = list(gen.token_ids)
+            with self._lock:
+                self.requests += 1
+            return gen
+
+    def session_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._sessions)
+
+    def trajectory(self, session_id: str) -> Trajectory:
+        """A copy of the session's trajectory so far (``KeyError`` naming known sessions)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise KeyError(f"no gateway session {session_id!r}; known: {self.session_ids()}")
+        with session.lock:
+            return copy.deepcopy(session.trajectory)
+
+    def pop_session(self, session_id: str) -> Trajectory:
+        """Remove the session and return its trajectory (waits for a request in flight)."""
+        traj = self.trajectory(session_id)
+        with self._lock:
+            self._sessions.pop(session_id, None)
+        return traj
