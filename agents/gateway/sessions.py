@@ -102,7 +102,10 @@ class SessionRecorder:
     def _generation_prompt_ids(self) -> list[int]:
         """Ids of the generation prompt, to drop from all but the last appended message."""
         user = {"role": "user", "content": "Dummy follow-up."}
-        with_prompt = self.template.message_delta_ids(user)
+        try:
+            with_prompt = self.template.message_delta_ids(user)
+        except ChatTemplateError:
+            return []  # not append-only: every later turn is rendered whole (see _extension)
         text = self._render_text([user], True)
         bare = self._render_text([user], False)
         if not text.startswith(bare):

@@ -3,6 +3,7 @@ a tiny random transformers model (nothing downloaded)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -239,3 +240,62 @@ def test_client_disconnect_mid_request_loses_nothing_recorded(served):
     assert traj.num_turns == 2
     assert traj.turns[0].completion_ids == gateway.recorder.model.calls[0][1].token_ids
     assert traj.conditioned_ids(1) == gateway.recorder.model.calls[1][0]
+
+
+class _Canned:
+    """An instant token engine: replies ``text`` + end-of-turn, as tokenised by the template."""
+
+    name = "canned"
+
+    def __init__(self, tokenizer, text: str = "ls -la"):
+        from agents.protocols import Generation
+
+        self.tokenizer = tokenizer
+        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        self.gen = Generation(text, ids, [-0.5] * len(ids), "stop")
+
+    def generate(self, conversation, params):
+        return self.gen
+
+
+def test_several_appended_messages_give_the_full_render_ids(smollm2_tokenizer):
+    from agents.gateway import SessionRecorder
+
+    recorder = SessionRecorder(_Canned(smollm2_tokenizer))
+    params = SamplingParams(max_new_tokens=4)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"}]
+    reply = recorder.complete("m", messages, params).text
+    messages += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "first note"},
+        {"role": "user", "content": "second note"},
+    ]
+    recorder.complete("m", messages, params)
+    traj = recorder.trajectory("m")
+    assert recorder.prefix_failures == 0 and traj.agent["segment_starts"] == [0]
+    # This canned reply re-tokenises to itself, so for ChatML the exact ids equal a full render.
+    full = smollm2_tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    full = full["input_ids"] if hasattr(full, "keys") else full
+    assert traj.conditioned_ids(1) == list(full)
+
+
+def test_template_that_rewrites_history_falls_back_to_per_turn_samples(tiny_tokenizer):
+    from agents.gateway import SessionRecorder
+
+    # Like Qwen3 dropping past <think> blocks: earlier assistant turns render differently.
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = (
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}]"
+        "{% if m.role == 'assistant' and not loop.last %}(past){% else %}{{ m.content }}{% endif %}"
+        "<|end|>{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    recorder = SessionRecorder(_Canned(tokenizer, "ok"))
+    params = SamplingParams(max_new_tokens=4)
+    messages = [{"role": "user", "content": "task"}]
+    reply = recorder.complete("q", messages, params).text
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "more"}]
+    recorder.complete("q", messages, params)
+    traj = recorder.trajectory("q")
+    assert recorder.prefix_failures == 1 and traj.agent["segment_starts"] == [0, 1]
+    assert "not append-only" in traj.turns[1].invalid_reason
+    assert traj.turns[1].prompt_delta_ids == recorder.template.initial_ids(messages)
