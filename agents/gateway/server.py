@@ -222,10 +222,7 @@ class Gateway:
         except Exception:
             log.exception("gateway request failed")  # the traceback, never the headers
             return APIError(500, "the rollout engine failed; see the gateway's log").response()
-        usage = {
-            "prompt_tokens": gen.usage.get("prompt_tokens", 0),
-            "completion_tokens": len(gen.token_ids),
-        }
+        usage = {k: gen.usage[k] for k in ("prompt_tokens", "completion_tokens")}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return JSONResponse(
             {

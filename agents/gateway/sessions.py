@@ -16,6 +16,7 @@ so the learner masks it or splits the trajectory with :func:`split_segments`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import threading
 import time
@@ -219,7 +220,8 @@ class SessionRecorder:
             session.last_completion = list(gen.token_ids)
             with self._lock:
                 self.requests += 1
-            return gen
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": len(gen.token_ids)}
+            return dataclasses.replace(gen, usage={**gen.usage, **usage})
 
     def session_ids(self) -> list[str]:
         with self._lock:

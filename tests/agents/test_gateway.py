@@ -84,15 +84,18 @@ def test_three_turn_session_is_token_exact_and_equals_react_agent(served, engine
     gateway = served()
     c = client(gateway, "s1")
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."}]
-    replies = []
+    replies, usages = [], []
     for follow_up in ("ls printed a.py", "tests pass", None):
-        reply = chat(c, messages).choices[0].message.content
+        response = chat(c, messages)
+        reply = response.choices[0].message.content
         replies.append(reply)
+        usages.append(response.usage)
         messages.append({"role": "assistant", "content": reply})
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
     traj = gateway.trajectory("s1")
     assert traj.num_turns == 3 and traj.token_exact and gateway.prefix_failures == 0
+    assert API_KEY not in json.dumps(traj.to_dict())
     assert traj.agent["segment_starts"] == [0]
     # Exactly what the engine was given and sampled, turn by turn.
     for t, (prompt, gen) in enumerate(gateway.recorder.model.calls):
@@ -100,6 +103,8 @@ def test_three_turn_session_is_token_exact_and_equals_react_agent(served, engine
         assert traj.turns[t].completion_ids == gen.token_ids
         assert traj.turns[t].completion_logprobs == gen.logprobs
         assert traj.turns[t].action == replies[t]
+        assert usages[t].prompt_tokens == len(prompt)
+        assert usages[t].completion_tokens == len(gen.token_ids)
     # The same ids an in-process ReActAgent builds for this conversation with the same seeds.
     agent = ReActAgent(engine, SamplingParams(max_new_tokens=6, seed=11))
     agent.reset("Fix it.", {"system_prompt": "Be brief."})
@@ -299,3 +304,18 @@ def test_template_that_rewrites_history_falls_back_to_per_turn_samples(tiny_toke
     assert recorder.prefix_failures == 1 and traj.agent["segment_starts"] == [0, 1]
     assert "not append-only" in traj.turns[1].invalid_reason
     assert traj.turns[1].prompt_delta_ids == recorder.template.initial_ids(messages)
+
+
+class _Broken(_Canned):
+    def generate(self, conversation, params):
+        raise RuntimeError("engine down")
+
+
+def test_engine_failure_is_a_500_and_records_nothing(smollm2_tokenizer, caplog):
+    with Gateway(_Broken(smollm2_tokenizer)) as gateway:
+        with pytest.raises(openai.InternalServerError, match="rollout engine failed"):
+            client(gateway).chat.completions.create(
+                model="canned", messages=[{"role": "user", "content": "x"}]
+            )
+        assert gateway.trajectory(key_session_id(API_KEY)).num_turns == 0
+    assert "engine down" in caplog.text and API_KEY not in caplog.text
