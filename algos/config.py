@@ -438,6 +438,11 @@ class RLConfig(RunConfig):
     save_episodes_sampling: str = "groups"
     """Which episodes are saved when an iteration has more than save_episodes: groups (whole
     groups at random, so a task's episodes stay together) or random (episodes at random)."""
+    max_staleness: int = 0
+    """Asynchronous RL: 0 is the synchronous loop (roll out, then train); K >= 1 keeps a
+    background producer rolling out from the latest pushed weights while the learner trains, and
+    drops (counts as dropped_stale) every group whose oldest turn is more than K optimiser steps
+    behind the learner. Needs an engine with its own copy of the weights."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -453,6 +458,9 @@ class RLConfig(RunConfig):
             raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        if self.max_staleness < 0:
+            raise ConfigError(f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
+                              f"most K policy versions old); got {self.max_staleness}")
         if self.save_episodes_sampling not in EPISODE_SAMPLING:
             raise unknown_choice("save_episodes_sampling", self.save_episodes_sampling,
                                  EPISODE_SAMPLING)
