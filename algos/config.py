@@ -20,6 +20,7 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import textwrap
 import time
 import types
@@ -443,6 +444,11 @@ class RLConfig(RunConfig):
     background producer rolling out from the latest pushed weights while the learner trains, and
     drops (counts as dropped_stale) every group whose oldest turn is more than K optimiser steps
     behind the learner. Needs an engine with its own copy of the weights."""
+    agent: str | None = None
+    """Your own agent program, as module:factory (e.g. examples.openai_agent:make_agent): each
+    episode runs it against the env through an OpenAI-compatible gateway in front of the policy,
+    which records the token-exact trajectory the learner trains on (algos.agent_rollouts). None:
+    the built-in ReAct agent."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -456,6 +462,15 @@ class RLConfig(RunConfig):
                                  OFF_POLICY_CORRECTIONS)
         if self.is_cap <= 0:
             raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
+        if self.agent is not None:
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.agent):
+                raise ConfigError(
+                    f"agent must be module:factory (e.g. examples.openai_agent:make_agent); "
+                    f"got {self.agent!r}")
+            if self.rollout_backend != "threads":
+                raise ConfigError(
+                    f"agent={self.agent!r} runs with rollout_backend=threads only; got "
+                    f"rollout_backend={self.rollout_backend!r}")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         if self.max_staleness < 0:
