@@ -1,7 +1,11 @@
 """The gateway's HTTP side: an OpenAI-compatible Starlette app served by uvicorn.
 
-``/v1/chat/completions`` (non-streaming, ``n=1``, text messages; ``temperature``, ``top_p``,
-``max_tokens``/``max_completion_tokens``, ``seed`` and ``stop`` honoured) and ``/v1/models``.
+``/v1/chat/completions`` (``n=1``, text messages; ``temperature``, ``top_p``,
+``max_tokens``/``max_completion_tokens``, ``seed`` and ``stop`` honoured; ``tools`` in the chat
+template's form, see ``agents.gateway.tools``; ``stream`` as server-sent events) and
+``/v1/models``. A streamed reply is generated and recorded whole before its first event goes out
+(the engines return whole generations), so a client that leaves mid-stream loses nothing
+already recorded; the events carry the content, then the tool calls, then the finish reason.
 Errors come back in OpenAI's form, ``{"error": {"message", "type", "param", "code"}}`` with a
 4xx status, so the ``openai`` client raises its usual exceptions. The session is the
 ``X-Session-Id`` header, else a hash of the API key; the key itself is never logged or stored.
@@ -20,10 +24,11 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agents.gateway.sessions import SessionRecorder, key_session_id
+from agents.gateway.sessions import Reply, SessionRecorder, key_session_id
+from agents.gateway.tools import ToolSupportError, normalize_tool_calls
 from agents.protocols import Model, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -35,15 +40,23 @@ _NOOP_PARAMS = {
     "frequency_penalty": (0, 0.0, None),
     "presence_penalty": (0, 0.0, None),
     "logit_bias": (None, {}),
-    "stream": (False, None),
-    "tools": (None, []),
     "tool_choice": (None, "none", "auto"),
     "functions": (None, []),
     "response_format": (None, {"type": "text"}),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
 }
-_IGNORED = {"model", "messages", "user", "metadata", "store", "parallel_tool_calls"}
+_IGNORED = {
+    "model",
+    "messages",
+    "user",
+    "metadata",
+    "store",
+    "parallel_tool_calls",
+    "tools",
+    "stream",
+    "stream_options",
+}
 _SAMPLING = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n"}
 
 
@@ -75,7 +88,7 @@ def sampling_params(body: dict[str, Any], default_max_tokens: int) -> SamplingPa
     """The request's sampling settings, or an ``APIError`` naming the bad field."""
     for name, allowed in _NOOP_PARAMS.items():
         if body.get(name) not in allowed:
-            hint = " (tool calls are not supported yet)" if name in ("tools", "tool_choice") else ""
+            hint = " (the model decides: use 'auto')" if name == "tool_choice" else ""
             raise APIError(400, f"{name}={body[name]!r} is not supported{hint}", name)
     unknown = sorted(set(body) - set(_NOOP_PARAMS) - _IGNORED - _SAMPLING)
     if unknown:
@@ -134,14 +147,62 @@ def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise APIError(400, f"messages[{i}] must have a role in {list(ROLES)}", "messages")
-        if m.get("tool_calls") or m.get("function_call"):
-            raise APIError(
-                400, f"messages[{i}] has tool calls, which are not supported yet", "messages"
-            )
+        if m.get("function_call"):
+            raise APIError(400, f"messages[{i}]: use tool_calls, not function_call", "messages")
+        if m.get("tool_calls"):
+            try:
+                normalize_tool_calls(m["tool_calls"], f"messages[{i}]")
+            except ValueError as e:
+                raise APIError(400, str(e), "messages") from None
         out.append({**m, "content": _content(m, i)})
     if out[-1]["role"] == "assistant":
         raise APIError(400, "the last message must not be an assistant message", "messages")
     return out
+
+
+def parse_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if not tools:
+        return None
+    ok = isinstance(tools, list) and all(
+        isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    )
+    if not ok:
+        raise APIError(
+            400, 'tools must be a list of {"type": "function", "function": {"name": ...}}', "tools"
+        )
+    return tools
+
+
+def _stream_flag(body: dict[str, Any]) -> bool:
+    stream = body.get("stream")
+    if stream not in (None, True, False):
+        raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
+    return bool(stream)
+
+
+def _stream_events(head: dict, reply: Reply, finish: str, usage: dict | None):
+    """Server-sent events in OpenAI's chunk form, ending with ``data: [DONE]``."""
+
+    def event(delta: dict, finish_reason: str | None = None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        chunk = {**head, "object": "chat.completion.chunk", "choices": [choice], **extra}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    yield event({"role": "assistant", "content": ""})
+    if reply.content:
+        yield event({"content": reply.content})
+    for i, call in enumerate(reply.tool_calls):
+        yield event({"tool_calls": [{"index": i, **call}]})
+    yield event({}, finish)
+    if usage is not None:
+        chunk = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 class Gateway:
@@ -176,6 +237,10 @@ class Gateway:
 
     def session_ids(self) -> list[str]:
         return self.recorder.session_ids()
+
+    def open_session(self, session_id: str, **metadata: Any) -> None:
+        """Start a session ahead of its first request; ``metadata`` reaches the engine."""
+        self.recorder.open_session(session_id, **metadata)
 
     @property
     def prefix_failures(self) -> int:
@@ -215,31 +280,41 @@ class Gateway:
                 )
             messages = parse_messages(body)
             params = sampling_params(body, self.default_max_tokens)
+            tools = parse_tools(body)
+            stream = _stream_flag(body)
             sid = self._session_id(request)
-            gen = await run_in_threadpool(self.recorder.complete, sid, messages, params)
+            try:
+                reply = await run_in_threadpool(
+                    self.recorder.complete_turn, sid, messages, params, tools
+                )
+            except ToolSupportError as e:
+                raise APIError(400, str(e), "tools", "tools_not_supported") from None
         except APIError as e:
             return e.response()
         except Exception:
             log.exception("gateway request failed")  # the traceback, never the headers
             return APIError(500, "the rollout engine failed; see the gateway's log").response()
+        gen = reply.generation
         usage = {k: gen.usage[k] for k in ("prompt_tokens", "completion_tokens")}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        head = {
+            "id": "chatcmpl-" + secrets.token_hex(12),
+            "created": int(time.time()),
+            "model": self.name,
+        }
+        finish = "tool_calls" if reply.tool_calls else gen.finish_reason
+        if stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = _stream_events(head, reply, finish, usage if include_usage else None)
+            return StreamingResponse(events, media_type="text/event-stream")
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        else:
+            message["content"] = reply.content
+        choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         return JSONResponse(
-            {
-                "id": "chatcmpl-" + secrets.token_hex(12),
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": self.name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": gen.text},
-                        "finish_reason": gen.finish_reason,
-                        "logprobs": None,
-                    }
-                ],
-                "usage": usage,
-            }
+            {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
         )
 
     # serving ----------------------------------------------------------------------------------

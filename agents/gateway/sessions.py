@@ -11,6 +11,11 @@ or the chat template re-renders earlier messages once more follow (Qwen3 drops p
 blocks). The turn is then rendered whole, starts a new segment (a per-turn sample), is counted,
 and is marked (``invalid_action=True``, ``invalid_reason`` starting with ``prefix_check_failed``)
 so the learner masks it or splits the trajectory with :func:`split_segments`.
+
+Requests with ``tools``, assistant ``tool_calls`` or ``role: tool`` messages are rendered with
+the tools by the template itself (``agents.gateway.tools``); their appended ids are the text the
+template adds after the previous render, tokenised alone (templates merge consecutive tool
+messages into one block, so a message cannot be rendered after a fixed dummy prefix).
 """
 
 from __future__ import annotations
@@ -25,6 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.chat import ChatTemplate, ChatTemplateError
+from agents.gateway.tools import (
+    ToolSupportError,
+    normalize_tool_calls,
+    parse_tool_calls,
+    render_text,
+    tool_call_form,
+)
 from agents.protocols import Conversation, Generation, Model, SamplingParams
 from agents.trajectory import Trajectory, Turn
 
@@ -42,7 +54,23 @@ def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
     for key in ("name", "tool_call_id"):
         if message.get(key):
             out[key] = message[key]
+    if message.get("tool_calls"):
+        out["tool_calls"] = normalize_tool_calls(message["tool_calls"], "message")
     return out
+
+
+def _uses_tools(messages: Sequence[dict[str, Any]], tools: list | None) -> bool:
+    return bool(tools) or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+
+
+@dataclass
+class Reply:
+    """One recorded turn as the client sees it: the generation, and its text split into
+    ``content`` and OpenAI ``tool_calls`` when the request had tools and the model called one."""
+
+    generation: Generation
+    content: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def split_segments(trajectory: Trajectory) -> list[Trajectory]:
@@ -72,6 +100,8 @@ class Session:
     token_ids: list[int] = field(default_factory=list)  # exact ids: prompt + last completion
     last_completion: list[int] = field(default_factory=list)
     prefix_failures: int = 0
+    tools: list[dict[str, Any]] | None = None  # the tools the session's ids were rendered with
+    metadata: dict[str, Any] = field(default_factory=dict)  # passed on to the engine each turn
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -91,14 +121,33 @@ class SessionRecorder:
         self._generation_prompt = self._generation_prompt_ids()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self._tool_form: str | ToolSupportError | None = None
         self.prefix_failures = 0
         self.requests = 0
 
     # -- token rendering ------------------------------------------------------------------------
-    def _render_text(self, messages: Sequence[dict[str, Any]], generation_prompt: bool) -> str:
-        return self.template.tokenizer.apply_chat_template(
-            list(messages), add_generation_prompt=generation_prompt, tokenize=False
-        )
+    def _render_text(
+        self, messages: Sequence[dict[str, Any]], generation_prompt: bool, tools: list | None = None
+    ) -> str:
+        return render_text(self.template.tokenizer, list(messages), generation_prompt, tools)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.template.tokenizer.encode(text, add_special_tokens=False))
+
+    def check_tools(self) -> None:
+        """``ToolSupportError`` naming the model when its template cannot take ``tools``."""
+        if self._tool_form is None:
+            try:
+                self._tool_form = tool_call_form(self.template.tokenizer)
+            except ToolSupportError as e:
+                self._tool_form = e
+        if isinstance(self._tool_form, ToolSupportError):
+            raise ToolSupportError(f"model {self.name!r}: {self._tool_form}")
+
+    def _initial_ids(self, messages: list[dict[str, Any]], tools: list | None) -> list[int]:
+        if _uses_tools(messages, tools):
+            return self._encode(self._render_text(messages, True, tools))
+        return self.template.initial_ids(messages)
 
     def _generation_prompt_ids(self) -> list[int]:
         """Ids of the generation prompt, to drop from all but the last appended message."""
@@ -125,21 +174,29 @@ class SessionRecorder:
             ids += delta
         return ids + self.template.message_delta_ids(new[-1])
 
-    def _extension(self, session: Session, messages: list[dict[str, Any]]) -> tuple[list, str]:
+    def _extension(
+        self, session: Session, messages: list[dict[str, Any]], tools: list | None
+    ) -> tuple[list, str]:
         """``(delta_ids, "")`` if ``messages`` extends the session, else ``([], why)``."""
         old = session.messages
         if not old:
             return [], ""
         if len(messages) <= len(old) or messages[: len(old)] != old:
             return [], "the request's messages do not extend the session's history plus reply"
+        if (tools or None) != session.tools:
+            return [], "the request's tools differ from the session's"
         new = messages[len(old) :]
-        base = self._render_text(old, False)
-        if not self._render_text(messages, True).startswith(base):
+        base = self._render_text(old, False, tools)
+        full = self._render_text(messages, True, tools)
+        if not full.startswith(base):
             return [], "the chat template re-renders earlier messages (not append-only)"
-        try:
-            delta = self._appended_ids(new)
-        except ChatTemplateError as e:
-            return [], f"chat template: {e}"
+        if _uses_tools(messages, tools):
+            delta = self._encode(full[len(base) :])
+        else:
+            try:
+                delta = self._appended_ids(new)
+            except ChatTemplateError as e:
+                return [], f"chat template: {e}"
         return self.template.turn_filler(session.last_completion) + delta, ""
 
     # -- sessions -------------------------------------------------------------------------------
@@ -157,19 +214,40 @@ class SessionRecorder:
                 session = self._sessions[session_id] = Session(session_id, traj)
             return session
 
+    def open_session(self, session_id: str, **metadata: Any) -> None:
+        """Start ``session_id`` ahead of its first request, with ``metadata`` (``task_id``,
+        ``task``, ``seed``...) passed to the engine in ``Conversation.metadata`` every turn."""
+        session = self._session(session_id)
+        with session.lock:
+            session.metadata.update(metadata)
+
     def complete(
         self, session_id: str, messages: list[dict[str, Any]], params: SamplingParams
     ) -> Generation:
         """Generate the reply to ``messages`` in ``session_id`` and record the turn."""
+        return self.complete_turn(session_id, messages, params).generation
+
+    def complete_turn(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        params: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Reply:
+        """Like :meth:`complete`, with ``tools`` rendered by the template and the reply's tool
+        calls parsed back (``ToolSupportError`` when the template cannot take tools)."""
+        tools = tools or None
+        if tools:
+            self.check_tools()
         messages = [normalize_message(m) for m in messages]
         session = self._session(session_id)
         with session.lock:  # one request at a time per session: turns stay ordered
             started = time.perf_counter()
-            delta, why = self._extension(session, messages)
+            delta, why = self._extension(session, messages, tools)
             traj = session.trajectory
             new_segment = not delta
             if new_segment:
-                delta = self.template.initial_ids(messages)
+                delta = self._initial_ids(messages, tools)
                 prompt = list(delta)
                 if why:
                     session.prefix_failures += 1
@@ -181,7 +259,7 @@ class SessionRecorder:
             conversation = Conversation(
                 messages=messages,
                 token_ids=prompt,
-                metadata={"task_id": None, "turn": len(traj.turns)},
+                metadata={"task_id": None, **session.metadata, "turn": len(traj.turns)},
             )
             t0 = time.perf_counter()
             gen = self.model.generate(conversation, params)
@@ -215,13 +293,19 @@ class SessionRecorder:
                     wall_s=time.perf_counter() - started,
                 )
             )
-            session.messages = [*messages, {"role": "assistant", "content": gen.text}]
+            content, calls = parse_tool_calls(gen.text) if tools else (gen.text, [])
+            reply = {"role": "assistant", "content": content}
+            if calls:  # stored as the client will echo it back (normalize_message)
+                reply["tool_calls"] = normalize_tool_calls(calls, "reply")
+            session.messages = [*messages, reply]
+            session.tools = tools
             session.token_ids = prompt + list(gen.token_ids)
             session.last_completion = list(gen.token_ids)
             with self._lock:
                 self.requests += 1
             usage = {"prompt_tokens": len(prompt), "completion_tokens": len(gen.token_ids)}
-            return dataclasses.replace(gen, usage={**gen.usage, **usage})
+            gen = dataclasses.replace(gen, usage={**gen.usage, **usage})
+            return Reply(gen, content, calls)
 
     def session_ids(self) -> list[str]:
         with self._lock:

@@ -182,7 +182,7 @@ def _body(**extra):
         (_body(n=2), 400, "n"),
         (_body(model="gpt-9"), 404, "model"),
         (_body(temperature=9), 400, "temperature"),
-        (_body(stream=True), 400, "stream"),
+        (_body(stream="yes"), 400, "stream"),
         (_body(tools=[{"type": "function"}]), 400, "tools"),
         (_body(messages=[{"role": "wizard", "content": "x"}]), 400, "messages"),
         (
