@@ -1,0 +1,208 @@
+"""Gateway tool calls and streaming with the real ``openai`` client against the real server.
+
+The engine is a token engine that replays scripted replies through SmolLM2's tokenizer (its ids
+and end-of-turn exactly as a sampling model would give them); the tool-capable template is a
+Qwen2.5-style ChatML template written here (nothing downloaded)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from agents.gateway import Gateway  # noqa: E402
+from agents.models.scripted import ScriptedModel  # noqa: E402
+
+API_KEY = "sk-test-SECRET-tools"
+# Qwen2.5's layout: tools in the system block, calls as <tool_call> JSON, consecutive tool
+# results merged into one user block.
+QWEN_LIKE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}"
+    "{{- 'You are a helpful assistant.' }}{%- endif %}"
+    "{{- '\\n\\n# Tools\\n\\n<tools>' }}{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}"
+    "{%- endfor %}{{- '\\n</tools>\\n\\nCall a function with <tool_call></tool_call> tags."
+    "<|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tc in message.tool_calls %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' + tc.function.name + \'", "arguments": \' }}'
+    "{{- tc.function.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}"
+    "{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    },
+}
+# Exactly as the template renders the call, so the whole history re-renders to the same ids.
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+
+
+@pytest.fixture
+def tools_tokenizer(smollm2_tokenizer):
+    tokenizer = copy.deepcopy(smollm2_tokenizer)
+    tokenizer.chat_template = QWEN_LIKE
+    return tokenizer
+
+
+class _Engine(ScriptedModel):
+    """Scripted replies as a token engine; keeps the prompt ids of every call."""
+
+    def __init__(self, replies, tokenizer):
+        super().__init__(replies, tokenizer=tokenizer, name="tiny")
+        self.prompts: list[list[int]] = []
+
+    def generate(self, conversation, params):
+        self.prompts.append(list(conversation.token_ids))
+        return super().generate(conversation, params)
+
+
+def _ids(out):
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def _client(gateway, session=None):
+    headers = {"X-Session-Id": session} if session else {}
+    return openai.OpenAI(
+        base_url=gateway.url, api_key=API_KEY, default_headers=headers, max_retries=0
+    )
+
+
+def test_tool_call_round_trip_is_token_exact(tools_tokenizer):
+    engine = _Engine([CALL, "All done."], tools_tokenizer)
+    with Gateway(engine) as gateway:
+        c = _client(gateway, "t")
+        messages = [
+            {"role": "system", "content": "Fix the bug."},
+            {"role": "user", "content": "Tests fail."},
+        ]
+        first = c.chat.completions.create(model="tiny", messages=messages, tools=[BASH])
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "bash"
+        assert json.loads(call.function.arguments) == {"command": "ls"}
+        # What agent code does: echo the assistant message, answer each call with a tool result.
+        messages.append(choice.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "a.py"})
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "b.py"})
+        second = c.chat.completions.create(model="tiny", messages=messages, tools=[BASH])
+        assert second.choices[0].message.content == "All done."
+        assert second.choices[0].message.tool_calls is None
+        traj = gateway.trajectory("t")
+    assert gateway.prefix_failures == 0 and traj.agent["segment_starts"] == [0]
+    assert [traj.conditioned_ids(t) for t in range(2)] == engine.prompts
+    # The system block holds the tools, and the two tool results share one user block.
+    prompt0 = tools_tokenizer.decode(engine.prompts[0])
+    assert '"name": "bash"' in prompt0 and "<tools>" in prompt0
+    delta1 = tools_tokenizer.decode(traj.turns[1].prompt_delta_ids)
+    assert delta1.count("<|im_start|>user") == 1 and delta1.count("<tool_response>") == 2
+    # The sampled call re-renders to itself here, so the exact ids equal a full render.
+    full = tools_tokenizer.apply_chat_template(
+        [
+            {**m, "tool_calls": [{"function": {"name": "bash", "arguments": {"command": "ls"}}}]}
+            if m.get("tool_calls")
+            else m
+            for m in messages
+        ],
+        tools=[BASH],
+        add_generation_prompt=True,
+    )
+    assert traj.conditioned_ids(1) == _ids(full)
+
+
+def test_changed_tools_count_a_prefix_failure(tools_tokenizer):
+    engine = _Engine(["a", "b"], tools_tokenizer)
+    with Gateway(engine) as gateway:
+        c = _client(gateway, "t")
+        messages = [{"role": "user", "content": "go"}]
+        reply = c.chat.completions.create(model="tiny", messages=messages, tools=[BASH])
+        messages += [
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": "more"},
+        ]
+        c.chat.completions.create(model="tiny", messages=messages)  # the tools dropped
+        traj = gateway.trajectory("t")
+    assert gateway.prefix_failures == 1 and "tools differ" in traj.turns[1].invalid_reason
+    assert traj.turns[1].prompt_delta_ids == engine.prompts[1]  # a new segment, rendered whole
+
+
+def test_template_without_tools_is_a_400_naming_the_model(smollm2_tokenizer):
+    with Gateway(_Engine(["x"], smollm2_tokenizer)) as gateway:
+        with pytest.raises(openai.BadRequestError, match="no tool support") as err:
+            _client(gateway).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "x"}], tools=[BASH]
+            )
+        assert "'tiny'" in err.value.message and err.value.code == "tools_not_supported"
+        assert gateway.session_ids() == []  # refused before any session was opened
+
+
+def test_streamed_reply_equals_the_recorded_one(tools_tokenizer):
+    engine = _Engine(["Looking now. " + CALL, "Plain text reply."], tools_tokenizer)
+    with Gateway(engine) as gateway:
+        c = _client(gateway, "s")
+        messages = [{"role": "user", "content": "go"}]
+        chunks = list(
+            c.chat.completions.create(
+                model="tiny",
+                messages=messages,
+                tools=[BASH],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+        assert "".join(d.content or "" for d in deltas) == "Looking now."
+        calls = [tc for d in deltas for tc in (d.tool_calls or [])]
+        assert [tc.function.name for tc in calls] == ["bash"]
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
+        usage = chunks[-1].usage
+        traj = gateway.trajectory("s")
+        assert traj.num_turns == 1 and traj.turns[0].action == "Looking now. " + CALL
+        assert usage.completion_tokens == len(traj.turns[0].completion_ids)
+        # The client stops reading after the first event: the turn is recorded all the same,
+        # and the session goes on without a prefix failure.
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Looking now.",
+                "tool_calls": [
+                    {
+                        "id": calls[0].id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": calls[0].function.arguments},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": calls[0].id, "content": "a.py"})
+        stream = c.chat.completions.create(
+            model="tiny", messages=messages, tools=[BASH], stream=True
+        )
+        next(iter(stream))
+        stream.close()
+        traj = gateway.trajectory("s")
+    assert traj.num_turns == 2 and traj.turns[1].action == "Plain text reply."
+    assert gateway.prefix_failures == 0
+    assert [traj.conditioned_ids(t) for t in range(2)] == engine.prompts
