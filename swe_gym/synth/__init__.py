@@ -20,6 +20,7 @@ def __getattr__(name: str):  # noqa: ANN202 - lazy: `python -m swe_gym.synth.spl
         return getattr(split, name)
     raise AttributeError(f"module 'swe_gym.synth' has no attribute {name!r}")
 
+
 __all__ = [
     "OPERATORS",
     "Mutation",

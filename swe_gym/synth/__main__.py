@@ -14,6 +14,7 @@ from pathlib import Path
 from swe_gym.synth.issue import Rewrite
 from swe_gym.synth.operators import OPERATORS
 from swe_gym.synth.pipeline import DEFAULT_TEST_CMD, SynthConfig, default_repos_dir, synthesize
+from swe_gym.synth.tiers import EASY_OPERATORS, TIERS
 
 
 def resolve_source(repo: str) -> Path:
@@ -70,6 +71,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--operators", default=None, help=f"comma-separated subset of: {', '.join(OPERATORS)}"
     )
     p.add_argument(
+        "--tier",
+        choices=TIERS,
+        default="all",
+        help="all (default), or easy: only local single-line edits "
+        f"({', '.join(EASY_OPERATORS)}) and an issue that names the file and function",
+    )
+    p.add_argument(
         "--include",
         action="append",
         default=None,
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         repos_dir=args.repos_dir or default_repos_dir(),
         repo_name=args.repo_name,
         operators=ops,
+        tier=args.tier,
         include=args.include,
         max_candidates=args.max_candidates,
         workers=args.workers,

@@ -155,9 +155,19 @@ class DerivedRepo:
         git("update-ref", f"refs/synth/bugs/{key}", sha, cwd=self.path)  # keeps it from gc
         return sha
 
-    def patch(self, old: str, new: str) -> str:
-        """Unified git diff from ``old`` to ``new`` (the gold patch when old is buggy, new clean)."""
-        return git("diff", "--no-color", "--no-ext-diff", "--no-renames", old, new, cwd=self.path)
+    def patch(self, old: str, new: str, context: int = 3) -> str:
+        """Unified git diff from ``old`` to ``new`` (the gold patch when old is buggy, new clean)
+        with ``context`` lines around each change."""
+        return git(
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-renames",
+            f"-U{context}",
+            old,
+            new,
+            cwd=self.path,
+        )
 
 
 __all__ = ["DerivedRepo", "list_files", "read_tree_files", "source_head"]

@@ -88,10 +88,12 @@ def issue_text(
     *,
     forbidden: Iterable[str] = (),
     rewrite: Rewrite | None = None,
+    location: str | None = None,
 ) -> str:
     """A problem statement for a bug that makes ``fail_to_pass`` fail.
 
-    ``forbidden``: source lines of the edit; no line of the result contains any of them."""
+    ``forbidden``: source lines of the edit; no line of the result contains any of them.
+    ``location``: a line placed under the title (the easy tier names the file and function)."""
     forbidden = list(forbidden)
     messages = failure_messages(log)
     msgs = [messages.get(t, "") for t in fail_to_pass]
@@ -101,6 +103,7 @@ def issue_text(
     parts = [
         title,
         "",
+        *([location, ""] if location else []),
         f"Running the test suite (`pytest`) shows {n} failing test{'s' if n != 1 else ''} that used to pass:",
         "",
     ]

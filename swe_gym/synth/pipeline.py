@@ -26,6 +26,7 @@ from swe_gym.repos import REPOS_ENV, repo_dir_name
 from swe_gym.synth.derived import DerivedRepo, list_files, read_tree_files
 from swe_gym.synth.issue import Rewrite, issue_text
 from swe_gym.synth.operators import Mutation, mutations_of
+from swe_gym.synth.tiers import check_tier, keeps, location_hint, patch_context, tier_operators
 from swe_gym.synth.validate import Outcome, Validator, baseline, clean_task
 
 DEFAULT_TEST_CMD = "pytest -rA"
@@ -43,6 +44,7 @@ class SynthConfig:
     repos_dir: Path = field(default_factory=default_repos_dir)
     repo_name: str | None = None  # the rows' ``repo``; default synth/<source folder name>
     operators: list[str] | None = None
+    tier: str = "all"  # "easy": local single-line edits, an issue naming the file (tiers.py)
     include: list[str] | None = None  # globs of files to mutate (default: non-test .py files)
     max_candidates: int | None = None
     workers: int = 2
@@ -60,6 +62,7 @@ class SynthConfig:
             Path(self.out),
             Path(self.repos_dir),
         )
+        check_tier(self.tier)
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.max_candidates is not None and self.max_candidates < 1:
@@ -103,7 +106,9 @@ def candidates(texts: dict[str, str], cfg: SynthConfig) -> tuple[list[Mutation],
     seen: set[str] = set()
     dups: Counter = Counter()
     for path in sorted(texts):
-        for m in mutations_of(path, texts[path], cfg.operators):
+        for m in mutations_of(path, texts[path], tier_operators(cfg.tier, cfg.operators)):
+            if not keeps(cfg.tier, m, texts[path]):
+                continue
             key = m.key(texts[path])
             if key in seen:
                 dups[m.operator] += 1
@@ -122,13 +127,14 @@ def candidates(texts: dict[str, str], cfg: SynthConfig) -> tuple[list[Mutation],
     return order, dups
 
 
-def _load_state(path: Path, head: str) -> dict[str, dict]:
+def _load_state(path: Path, head: str, tier: str = "all") -> dict[str, dict]:
     decided: dict[str, dict] = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 rec = json.loads(line)
-                if rec.get("source_commit") == head:
+                # Another tier's rows have another issue text: they are not reused.
+                if rec.get("source_commit") == head and rec.get("tier", "all") == tier:
                     decided[rec["key"]] = rec
     return decided
 
@@ -146,7 +152,7 @@ def make_row(
     key = m.key(text)
     mutant = m.apply(text)
     buggy = derived.commit_bug(head, m.path, mutant, key)
-    patch = derived.patch(buggy, head)
+    patch = derived.patch(buggy, head, patch_context(cfg.tier))
     first, last = m.lineno, text.count("\n", 0, m.end) + 1
     new_last = m.lineno + m.replacement.count("\n")
     edit_lines = text.splitlines()[first - 1 : last] + mutant.splitlines()[first - 1 : new_last]
@@ -158,6 +164,7 @@ def make_row(
         out.pass_to_pass,
         forbidden=edit_lines,
         rewrite=cfg.rewrite,
+        location=location_hint(cfg.tier, m.path, m.qualname),
     )
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
@@ -176,6 +183,7 @@ def make_row(
         "license_name": "",
         "meta": {
             "kind": "synthetic",
+            "tier": cfg.tier,
             "operator": m.operator,
             "file": m.path,
             "qualname": m.qualname,
@@ -210,7 +218,7 @@ def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str
     files = [p for p in list_files(cfg.source, head) if is_mutable_file(p, cfg.include)]
     texts = read_tree_files(cfg.source, head, files)
     order, dups = candidates(texts, cfg)
-    decided = _load_state(cfg.state_path, head)
+    decided = _load_state(cfg.state_path, head, cfg.tier)
     todo = [m for m in order if m.key(texts[m.path]) not in decided]
     log(
         f"{cfg.source}: {len(texts)} files, {len(order)} candidates ({len(order) - len(todo)} decided before)"
@@ -321,6 +329,7 @@ def _validate_all(
                 rec = {
                     "key": key,
                     "source_commit": head,
+                    "tier": cfg.tier,
                     "operator": m.operator,
                     "path": m.path,
                     "qualname": m.qualname,

@@ -1,0 +1,366 @@
+"""The source work's curve in miniature: SmolLM2-135M base -> RFT -> DAPO on synthetic tasks.
+
+1. Tasks: ``swe_gym.synth`` (easy tier) on the bundled repositories, split with
+   ``swe_gym.synth.split`` so that no held-out task shares a function with a training task.
+2. Base: ``python -m agents.evaluate`` on the held-out tasks (pass@1 over R runs, its s.e.), and
+   the model's own runs on the training tasks (its train resolve rate, and RFT's data).
+3. RFT (``python -m algos.rft --trajectories``, invalid actions masked) on the passing runs:
+   the model's own, plus the oracle's where the own are fewer than ``own.min_resolved`` (a warm
+   start; the table says which and how many).
+4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks.
+Each stage is evaluated on the held-out tasks. Prints a table, writes
+benchmarks/results/swe_learning.json and swe_learning.png (held-out pass@1 per stage and the
+RFT / DAPO curves). Task generation is resumable: a re-run with the same ``--work`` reuses it.
+
+    python benchmarks/bench_swe_learning.py [--preset FILE] [--runs 3] [--dapo-iterations 2] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere: the project's packages import
+    sys.path.insert(0, str(ROOT))
+RESULTS = Path(__file__).parent / "results"
+PRESET = ROOT / "algos" / "presets" / "swe_learning.yaml"
+ENV = "SWEStarter-v0"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", type=Path, default=PRESET, help=f"configuration (default {PRESET})")
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "swe_learning",
+                   help="tasks, derived repositories, run directories (reused when re-run)")
+    p.add_argument("--out", type=Path, default=RESULTS / "swe_learning.json")
+    p.add_argument("--repos", default=None, help="comma-separated bundled repositories")
+    p.add_argument("--candidates", type=int, default=None, help="mutants tried per repository")
+    p.add_argument("--max-train", type=int, default=None, help="at most this many training tasks")
+    p.add_argument("--max-held-out", type=int, default=None, help="at most this many held out")
+    p.add_argument("--runs", type=int, default=None, help="R, held-out runs per task and stage")
+    p.add_argument("--own-runs", type=int, default=None, help="own runs per training task")
+    p.add_argument("--min-own", type=int, default=None,
+                   help="fewer passing own runs than this: add the oracle's")
+    p.add_argument("--rft-epochs", type=int, default=None)
+    p.add_argument("--dapo-iterations", type=int, default=None)
+    p.add_argument("--problems", type=int, default=None, help="DAPO problems per iteration")
+    p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
+    p.add_argument("--policy", default=None,
+                   help="smollm2 (default) or tiny-random (a smoke run: transformers engine)")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = yaml.safe_load(args.preset.read_text(encoding="utf-8"))
+    missing = {"synth", "eval", "own", "rft", "dapo"} - set(cfg)
+    if missing:
+        raise SystemExit(f"--preset {args.preset}: sections {sorted(missing)} are missing")
+    for value, section, key in (
+        (args.repos and args.repos.split(","), "synth", "repos"),
+        (args.candidates, "synth", "max_candidates"),
+        (args.runs, "eval", "runs"),
+        (args.own_runs, "own", "runs"),
+        (args.min_own, "own", "min_resolved"),
+        (args.rft_epochs, "rft", "epochs"),
+        (args.dapo_iterations, "dapo", "iterations"),
+        (args.problems, "dapo", "problems_per_iteration"),
+        (args.group_size, "dapo", "group_size"),
+        (args.policy, "rft", "policy"),
+    ):
+        if value is not None:
+            cfg[section][key] = value
+    if cfg["rft"].get("policy", "smollm2") == "tiny-random":  # no vLLM for a smoke run
+        cfg["dapo"].update(engine="transformers", engine_dtype="float32", old_logprobs="auto")
+    return cfg
+
+
+class Runner:
+    """Runs each stage as its own process (clean memory, one engine each), logs to WORK/logs."""
+
+    def __init__(self, work: Path, repos_dir: Path, progress: bool):
+        self.logs = work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "SWE_GYM_REPOS": str(repos_dir),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                os.environ.get("PYTHONPATH")]))}
+        self.progress = progress
+
+    def __call__(self, name: str, *argv: str) -> float:
+        """Run one stage; its wall time. A stage that finished before with the same command is
+        not run again (a re-run after a failure resumes; its first wall time is kept)."""
+        done = self.logs / f"{name}.done.json"
+        if done.exists() and json.loads(done.read_text())["argv"] == list(argv):
+            print(f"{name}: done before (see {done})", flush=True)
+            return float(json.loads(done.read_text())["wall_s"])
+        t0 = time.perf_counter()
+        log = self.logs / f"{name}.log"
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: python {' '.join(argv)[:200]}", flush=True)
+        with log.open("w", encoding="utf-8") as fh:
+            rc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=self.env, stdout=fh,
+                                stderr=subprocess.STDOUT).returncode
+        if rc:
+            tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
+            raise SystemExit(f"stage {name} failed (exit {rc}); {log}:\n{tail}")
+        wall = time.perf_counter() - t0
+        done.write_text(json.dumps({"argv": list(argv), "wall_s": wall}), encoding="utf-8")
+        return wall
+
+
+def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """Synthesise per repository (resumable), concatenate, split by function."""
+    syn = cfg["synth"]
+    t0 = time.perf_counter()
+    files = []
+    for repo in syn["repos"]:
+        out = work / "tasks" / f"{repo.split('/')[-1]}.jsonl"
+        run(f"synth-{repo.split('/')[-1]}", "-m", "swe_gym.synth", repo, "--out", str(out),
+            "--repos-dir", str(work / "repos"), "--tier", syn.get("tier", "easy"),
+            "--max-candidates", str(syn["max_candidates"]), "--seed", str(syn.get("seed", 0)),
+            "--no-progress")
+        files.append(out)
+    rows = [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
+    all_path = work / "tasks.jsonl"
+    all_path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    train, held = work / "train.jsonl", work / "heldout.jsonl"
+    run("split", "-m", "swe_gym.synth.split", str(all_path), "--held-out", str(syn["held_out"]),
+        "--seed", str(syn.get("seed", 0)), "--train", str(train), "--test", str(held))
+    for path, cap in ((train, args.max_train), (held, args.max_held_out)):
+        if cap is not None:  # whole rows dropped: the split's function property still holds
+            kept = path.read_text(encoding="utf-8").splitlines()[:cap]
+            path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
+    fn = [{json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
+          for p in (train, held)]
+    if fn[0] & fn[1]:
+        raise SystemExit(f"split leaks functions into both sides: {sorted(fn[0] & fn[1])[:5]}")
+    summaries = [json.loads(f.with_name(f.name + ".summary.json").read_text()) for f in files]
+    return {
+        "train": str(train), "held_out": str(held),
+        "n_train": len(train.read_text().splitlines()), "n_held_out": len(held.read_text().splitlines()),
+        "functions_train": len(fn[0]), "functions_held_out": len(fn[1]),
+        "candidates": sum(s["candidates"] for s in summaries),
+        "accepted": sum(s["accepted"] for s in summaries),
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int,
+             out: Path, seed: int = 0) -> dict[str, Any]:
+    ev = cfg["eval"]
+    wall = run(name, "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks, "--model", model,
+               "--runs", str(runs), "--out", str(out), "--max-turns", str(ev["max_turns"]),
+               "--max-new-tokens", str(ev["max_new_tokens"]),
+               "--max-context-tokens", str(ev["max_context_tokens"]),
+               "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
+               "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]), "--seed", str(seed), "--no-progress")
+    return _summary(out, wall)
+
+
+def _summary(out: Path, wall: float) -> dict[str, Any]:
+    s = json.loads((out / "summary.json").read_text())
+    return {"pass@1": s["pass@1"], "stderr": s["pass@1_stderr"], "per_run": s["pass@1_per_run"],
+            "episodes": s["num_tasks"] * s["runs"], "wall_s": wall,
+            "resolved": sum(p["resolved"] for p in s["per_task"].values()),
+            "trajectories": str(out / "trajectories.jsonl")}
+
+
+def oracle_runs(cfg: dict, tasks: str, out: Path, repos_dir: Path) -> dict[str, Any]:
+    """The oracle's runs, in this process: it needs the policy's tokenizer object so that its
+    trajectories are token-exact for the learner (the CLI cannot pass one)."""
+    from transformers import AutoTokenizer
+
+    from agents.evaluate import evaluate as run_eval
+    from agents.models import OracleModel
+    from agents.protocols import SamplingParams
+    from agents.trajectory import Trajectory
+    from swe_gym.tasks import load_tasks
+
+    if (out / "summary.json").exists() and (out / "wall_s").exists():
+        return _summary(out, float((out / "wall_s").read_text()))
+    os.environ["SWE_GYM_REPOS"] = str(repos_dir)
+    ev = cfg["eval"]
+    rows = load_tasks(tasks)
+    model = OracleModel(tasks=rows, tokenizer=AutoTokenizer.from_pretrained(cfg["_tokenizer"]))
+    t0 = time.perf_counter()
+    print(f"[{time.strftime('%H:%M:%S')}] oracle-runs: {len(rows)} tasks", flush=True)
+    trajs, summary = run_eval(
+        ENV, model, [t.instance_id for t in rows], 1,
+        env_kwargs={"tasks": tasks, "max_turns": ev["max_turns"]},
+        agent_kwargs={"params": SamplingParams(max_new_tokens=ev["max_new_tokens"]),
+                      "max_context_tokens": ev["max_context_tokens"]},
+        concurrency=ev["concurrency"], progress_bar=False)
+    out.mkdir(parents=True, exist_ok=True)
+    Trajectory.save_jsonl(trajs, out / "trajectories.jsonl")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "wall_s").write_text(str(time.perf_counter() - t0))
+    return _summary(out, time.perf_counter() - t0)
+
+
+def engine_spec(cfg: dict, folder: str) -> str:
+    return f"hf:{folder}" if cfg["dapo"].get("engine") == "transformers" else f"vllm:{folder}"
+
+
+def write_config(section: dict, path: Path, **extra: Any) -> str:
+    path.write_text(yaml.safe_dump({**section, **extra}, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = load_config(args)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    run = Runner(work, work / "repos", not args.no_progress)
+    t_start = time.perf_counter()
+    tasks = make_tasks(cfg, work, run, args)
+    print(f"tasks: {tasks['n_train']} train ({tasks['functions_train']} functions), "
+          f"{tasks['n_held_out']} held out ({tasks['functions_held_out']} functions)", flush=True)
+    policy = cfg["rft"].get("policy", "smollm2")
+    if policy == "smollm2":
+        from agents.models.smollm2 import smollm2_path
+
+        base_folder = str(smollm2_path())
+    else:  # tiny-random: a folder the engines and the trainers can all read
+        from agents.models.smollm2 import tiny_random_model
+
+        base_folder = str(work / "tiny-random-init")
+        if not (Path(base_folder) / "config.json").exists():
+            tiny_random_model(base_folder, seed=0)
+    cfg["_tokenizer"] = base_folder
+    ev_runs = cfg["eval"]["runs"]
+    stages: list[dict[str, Any]] = []
+
+    # (i) base: held-out pass@1, and the own runs on the training tasks
+    base = evaluate(cfg, run, "eval-base", engine_spec(cfg, base_folder), tasks["held_out"],
+                    ev_runs, work / "eval-base")
+    own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
+                   cfg["own"]["runs"], work / "own-runs", seed=1)
+    stages.append({"stage": "base", "held_out": base, "train_resolve_rate": own["pass@1"],
+                   "episodes": 0, "wall_s": base["wall_s"]})
+
+    # (ii) RFT on passing runs: the model's own, plus the oracle's when those are too few
+    traj_files = [own["trajectories"]]
+    data = {"own_resolved": own["resolved"], "own_episodes": own["episodes"], "oracle_resolved": 0}
+    oracle = None
+    if own["resolved"] < cfg["own"]["min_resolved"]:
+        oracle = oracle_runs(cfg, tasks["train"], work / "oracle-runs", work / "repos")
+        traj_files.append(oracle["trajectories"])
+        data["oracle_resolved"] = oracle["resolved"]
+    data["source"] = "own" if oracle is None else "own + oracle (warm start)"
+    rft_dir = work / "rft"
+    rft_wall = run("rft", "-m", "algos.rft", "--config",
+                   write_config(cfg["rft"], work / "rft.yaml"), "--run-dir", str(rft_dir),
+                   "--trajectories", ",".join(traj_files), "--progress", "false")
+    rft_ckpt = str(rft_dir / "checkpoint")
+    rft_eval = evaluate(cfg, run, "eval-rft", engine_spec(cfg, rft_ckpt), tasks["held_out"],
+                        ev_runs, work / "eval-rft")
+    stages.append({"stage": "RFT", "held_out": rft_eval, "train_resolve_rate": None,
+                   "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
+                   "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
+                   "data": data})
+
+    # (iii) DAPO from the RFT checkpoint on the training tasks
+    dapo_dir = work / "dapo"
+    dapo_cfg = write_config(cfg["dapo"], work / "dapo.yaml", policy=rft_ckpt,
+                            env_kwargs={**cfg["dapo"].get("env_kwargs", {}),
+                                        "tasks": tasks["train"]})
+    dapo_wall = run("dapo", "-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(dapo_dir),
+                    "--progress", "false")
+    rows = metrics(dapo_dir)
+    dapo_eval = evaluate(cfg, run, "eval-dapo", engine_spec(cfg, str(dapo_dir / "checkpoint")),
+                         tasks["held_out"], ev_runs, work / "eval-dapo")
+    # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
+    rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
+    stages[1]["train_resolve_rate"] = rates[0] if rates else None
+    stages.append({"stage": "DAPO", "held_out": dapo_eval,
+                   "train_resolve_rate": rates[-1] if rates else None,
+                   "episodes": int(sum(r.get("episodes", 0) for r in rows)), "wall_s": dapo_wall})
+
+    result = report(cfg, tasks, stages, rows, time.perf_counter() - t_start)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    png = plot(result, rft_dir, dapo_dir, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def _gain(a: dict, b: dict) -> dict[str, Any]:
+    diff = b["pass@1"] - a["pass@1"]
+    se = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
+    return {"gain": diff, "stderr": se, "above_2se": bool(diff > 2 * se and diff > 0)}
+
+
+def report(cfg: dict, tasks: dict, stages: list[dict], dapo_rows: list[dict],
+           wall: float) -> dict[str, Any]:
+    head = ("stage", "held-out pass@1", "train resolve", "episodes", "wall")
+    lines = [head]
+    for s in stages:
+        h = s["held_out"]
+        tr = s["train_resolve_rate"]
+        lines.append((s["stage"], f"{h['pass@1']:.3f} ± {h['stderr']:.3f}",
+                      "-" if tr is None else f"{tr:.3f}", str(s["episodes"]),
+                      f"{s['wall_s'] / 60:.1f} min"))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    for r in lines:
+        print("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)))
+    gains = {"rft_vs_base": _gain(stages[0]["held_out"], stages[1]["held_out"]),
+             "dapo_vs_rft": _gain(stages[1]["held_out"], stages[2]["held_out"])}
+    d = stages[1]["data"]
+    print(f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
+          + (f", {d['oracle_resolved']} oracle runs" if d["oracle_resolved"] else ""))
+    for k, g in gains.items():
+        print(f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
+              f"{'above' if g['above_2se'] else 'not above'} two standard errors")
+    print(f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
+          f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min")
+    return {"config": {k: v for k, v in cfg.items() if not k.startswith("_")}, "tasks": tasks,
+            "stages": stages, "gains": gains, "dapo_metrics": dapo_rows, "wall_s": wall}
+
+
+def plot(result: dict, rft_dir: Path, dapo_dir: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
+    st = result["stages"]
+    axes[0].errorbar(range(len(st)), [s["held_out"]["pass@1"] for s in st],
+                     yerr=[2 * s["held_out"]["stderr"] for s in st], marker="o", capsize=4)
+    axes[0].set_xticks(range(len(st)), [s["stage"] for s in st])
+    axes[0].set_title("held-out pass@1 (± 2 s.e.)", fontsize=9)
+    rft = metrics(rft_dir)
+    axes[1].plot([r["step"] for r in rft], [r.get("nll") for r in rft], marker="o")
+    axes[1].set_title("RFT NLL per step", fontsize=9)
+    dapo = metrics(dapo_dir)
+    for key in ("reward_mean", "resolved_rate"):
+        pts = [(r["iteration"], r[key]) for r in dapo if isinstance(r.get(key), int | float)]
+        if pts:
+            axes[2].plot(*zip(*pts, strict=True), marker="o", label=key)
+    axes[2].set_title("DAPO per iteration (training tasks)", fontsize=9)
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
