@@ -53,6 +53,9 @@ class Generation:
     finish_reason: str  # "stop" (end of turn) or "length" (hit max_new_tokens)
     token_exact: bool = True
     usage: dict[str, Any] = field(default_factory=dict)
+    # The engine's weights version that sampled every token (``update_weights(..., version=)``);
+    # None for a backend that does not track versions (an endpoint, a scripted model).
+    policy_version: int | None = None
 
 
 @runtime_checkable

@@ -229,6 +229,7 @@ class ReActAgent:
             completion_finish_reason=gen.finish_reason,
             action=text,
             model_s=model_s,
+            policy_version=gen.policy_version,
         )
         self._pending = []
         self._turns += 1

@@ -10,6 +10,11 @@ the prefix up to ``delta_t`` is exactly what the model was conditioned on at tur
 Loss mask: 1 on completion (policy) tokens, 0 on every prompt-delta token (system, user,
 observation, template filler). ``mask_invalid=True`` also zeroes completions whose action the env
 rejected (RFT masks format errors out of the loss, methods.md section 4).
+
+Policy versions (asynchronous RL): each turn records the engine's weights version that sampled
+it (``Generation.policy_version``); with in-flight weight updates the turns of one episode may
+differ. ``policy_version_min`` / ``_max`` summarise them (written to JSONL, derived on load).
+Format 2 added the per-turn version; format 1 files still load (versions ``None``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: before policy versions (read as None)
+DERIVED_FIELDS = ("policy_version_min", "policy_version_max")  # written, recomputed on load
 
 # Why an episode ended. "submitted": the env terminated it (the agent submitted); "max_turns":
 # the env truncated it; "sandbox_failed" / "grading_error": the env ended it by its own failure
@@ -56,6 +63,7 @@ class Turn:
     model_s: float = 0.0
     env_s: float = 0.0
     wall_s: float = 0.0  # the whole turn; wall_s - model_s - env_s is the agent's own overhead
+    policy_version: int | None = None  # the engine weights that sampled completion_ids
 
 
 @dataclass
@@ -122,6 +130,17 @@ class Trajectory:
         return ids, mask, logprobs
 
     @property
+    def policy_version_min(self) -> int | None:
+        """The oldest weights version among the turns (None if no turn recorded one)."""
+        versions = [t.policy_version for t in self.turns if t.policy_version is not None]
+        return min(versions) if versions else None
+
+    @property
+    def policy_version_max(self) -> int | None:
+        versions = [t.policy_version for t in self.turns if t.policy_version is not None]
+        return max(versions) if versions else None
+
+    @property
     def num_turns(self) -> int:
         return len(self.turns)
 
@@ -131,17 +150,19 @@ class Trajectory:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
+        return {"format_version": FORMAT_VERSION, **dataclasses.asdict(self),
+                "policy_version_min": self.policy_version_min,
+                "policy_version_max": self.policy_version_max}
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Trajectory:
         version = row.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(
                 f"trajectory format_version {version!r} is not supported; this code reads "
-                f"version {FORMAT_VERSION}"
+                f"versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
-        row = {k: v for k, v in row.items() if k != "format_version"}
+        row = {k: v for k, v in row.items() if k != "format_version" and k not in DERIVED_FIELDS}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(row) - known)
         if unknown:
@@ -165,7 +186,7 @@ class Trajectory:
 
     @staticmethod
     def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
-        """Write one trajectory per line (``{"format_version": 1, ...}``)."""
+        """Write one trajectory per line (``{"format_version": 2, ...}``)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as f:

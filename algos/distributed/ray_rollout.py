@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -121,7 +122,12 @@ class InferenceEngine:
         update = getattr(self.model, "update_weights", None)
         if update is None:
             raise TypeError(f"{type(self.model).__name__} has no update_weights()")
-        update(source)
+        # an engine that tracks versions stamps them on every Generation (in-flight updates)
+        takes_version = "version" in inspect.signature(update).parameters
+        if takes_version and version is not None:
+            update(source, version=version)
+        else:
+            update(source)
         self.weight_version = version if version is not None else self.weight_version + 1
         return self.weight_version
 
