@@ -7,18 +7,32 @@ becomes trainable.
     client = openai.OpenAI(base_url=url, api_key="k", default_headers={"X-Session-Id": "ep-1"})
     ...                              # the agent program talks to the client
     trajectory = gateway.pop_session("ep-1")
+
+Requests may carry ``tools`` (rendered by the model's chat template, calls parsed back; see
+``agents.gateway.tools``) and ``stream: true`` (server-sent events). ``algos.agent_rollouts``
+trains agent programs through it (``--agent module:factory``).
 """
 
 from agents.gateway.server import SESSION_HEADER, APIError, Gateway, sampling_params
-from agents.gateway.sessions import PREFIX_FAILED, SessionRecorder, key_session_id, split_segments
+from agents.gateway.sessions import (
+    PREFIX_FAILED,
+    Reply,
+    SessionRecorder,
+    key_session_id,
+    split_segments,
+)
+from agents.gateway.tools import ToolSupportError, parse_tool_calls
 
 __all__ = [
     "PREFIX_FAILED",
     "SESSION_HEADER",
     "APIError",
     "Gateway",
+    "Reply",
     "SessionRecorder",
+    "ToolSupportError",
     "key_session_id",
+    "parse_tool_calls",
     "sampling_params",
     "split_segments",
 ]

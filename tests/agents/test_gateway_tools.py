@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from agents.gateway import Gateway  # noqa: E402
+from agents.gateway import Gateway, parse_tool_calls  # noqa: E402
 from agents.models.scripted import ScriptedModel  # noqa: E402
 
 API_KEY = "sk-test-SECRET-tools"
@@ -206,3 +206,40 @@ def test_streamed_reply_equals_the_recorded_one(tools_tokenizer):
     assert traj.num_turns == 2 and traj.turns[1].action == "Plain text reply."
     assert gateway.prefix_failures == 0
     assert [traj.conditioned_ids(t) for t in range(2)] == engine.prompts
+
+
+def test_only_well_formed_calls_are_parsed_back():
+    for text in (
+        "<tool_call>{not json}</tool_call>",
+        '<tool_call>{"name": "x", "arguments": "s"}</tool_call>',
+        'ok <tool_call>["x"]</tool_call>',
+    ):
+        assert parse_tool_calls(text) == (text, [])
+    content, calls = parse_tool_calls(
+        'Hi <tool_call>{"name": "a", "arguments": {"k": 1}}</tool_call>\n'
+        '<tool_call>{"name": "b"}</tool_call>'
+    )
+    assert content == "Hi"
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("a", {"k": 1}),
+        ("b", {}),
+    ]
+    assert len({c["id"] for c in calls}) == 2
+
+
+def test_malformed_tool_calls_in_history_are_a_400(tools_tokenizer):
+    with Gateway(_Engine(["x"], tools_tokenizer)) as gateway:
+        bad = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{oops"}}
+            ],
+        }
+        with pytest.raises(openai.BadRequestError, match=r"messages\[1\].*not JSON"):
+            _client(gateway, "m").chat.completions.create(
+                model="tiny",
+                tools=[BASH],
+                messages=[{"role": "user", "content": "x"}, bad, {"role": "user", "content": "y"}],
+            )
+        assert gateway.session_ids() == []
