@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--own-runs", type=int, default=None, help="own runs per training task")
     p.add_argument("--min-own", type=int, default=None,
                    help="fewer passing own runs than this: add the oracle's")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="episodes at once in an evaluation (one wave is fastest on a CPU engine)")
     p.add_argument("--rft-epochs", type=int, default=None)
     p.add_argument("--dapo-iterations", type=int, default=None)
     p.add_argument("--problems", type=int, default=None, help="DAPO problems per iteration")
     p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
     p.add_argument("--policy", default=None,
                    help="smollm2 (default) or tiny-random (a smoke run: transformers engine)")
+    p.add_argument("--sequential", action="store_true",
+                   help="run every stage alone (default: a held-out evaluation runs beside the "
+                   "next training stage)")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -71,6 +77,7 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
         (args.candidates, "synth", "max_candidates"),
         (args.runs, "eval", "runs"),
         (args.own_runs, "own", "runs"),
+        (args.concurrency, "eval", "concurrency"),
         (args.min_own, "own", "min_resolved"),
         (args.rft_epochs, "rft", "epochs"),
         (args.dapo_iterations, "dapo", "iterations"),
@@ -100,7 +107,7 @@ class Runner:
         """Run one stage; its wall time. A stage that finished before with the same command is
         not run again (a re-run after a failure resumes; its first wall time is kept)."""
         done = self.logs / f"{name}.done.json"
-        if done.exists() and json.loads(done.read_text())["argv"] == list(argv):
+        if done.exists() and _key(json.loads(done.read_text())["argv"]) == _key(argv):
             print(f"{name}: done before (see {done})", flush=True)
             return float(json.loads(done.read_text())["wall_s"])
         t0 = time.perf_counter()
@@ -115,6 +122,16 @@ class Runner:
         wall = time.perf_counter() - t0
         done.write_text(json.dumps({"argv": list(argv), "wall_s": wall}), encoding="utf-8")
         return wall
+
+
+def _key(argv: Any) -> list[str]:
+    """A stage's command without --concurrency (episodes are seeded per task, run and turn, so
+    how many run at once does not change the result)."""
+    argv = list(argv)
+    if "--concurrency" in argv:
+        i = argv.index("--concurrency")
+        del argv[i : i + 2]
+    return argv
 
 
 def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> dict[str, Any]:
@@ -246,10 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     stages: list[dict[str, Any]] = []
 
     # (i) base: held-out pass@1, and the own runs on the training tasks
-    base = evaluate(cfg, run, "eval-base", engine_spec(cfg, base_folder), tasks["held_out"],
-                    ev_runs, work / "eval-base")
+    pool = ThreadPoolExecutor(1 if args.sequential else 2)
+    # A held-out evaluation runs beside the next training stage (it only reads a checkpoint).
+    base_job = pool.submit(evaluate, cfg, run, "eval-base", engine_spec(cfg, base_folder),
+                           tasks["held_out"], ev_runs, work / "eval-base")
     own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
                    cfg["own"]["runs"], work / "own-runs", seed=1)
+    base = base_job.result()
     stages.append({"stage": "base", "held_out": base, "train_resolve_rate": own["pass@1"],
                    "episodes": 0, "wall_s": base["wall_s"]})
 
@@ -267,12 +287,13 @@ def main(argv: list[str] | None = None) -> int:
                    write_config(cfg["rft"], work / "rft.yaml"), "--run-dir", str(rft_dir),
                    "--trajectories", ",".join(traj_files), "--progress", "false")
     rft_ckpt = str(rft_dir / "checkpoint")
-    rft_eval = evaluate(cfg, run, "eval-rft", engine_spec(cfg, rft_ckpt), tasks["held_out"],
-                        ev_runs, work / "eval-rft")
-    stages.append({"stage": "RFT", "held_out": rft_eval, "train_resolve_rate": None,
-                   "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
-                   "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
-                   "data": data})
+    rft_job = pool.submit(evaluate, cfg, run, "eval-rft", engine_spec(cfg, rft_ckpt),
+                          tasks["held_out"], ev_runs, work / "eval-rft")
+    rft_stage = {"stage": "RFT", "train_resolve_rate": None,
+                 "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
+                 "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
+                 "data": data}
+    stages.append(rft_stage)
 
     # (iii) DAPO from the RFT checkpoint on the training tasks
     dapo_dir = work / "dapo"
@@ -282,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     dapo_wall = run("dapo", "-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(dapo_dir),
                     "--progress", "false")
     rows = metrics(dapo_dir)
+    rft_stage["held_out"] = rft_job.result()
+    pool.shutdown()
     dapo_eval = evaluate(cfg, run, "eval-dapo", engine_spec(cfg, str(dapo_dir / "checkpoint")),
                          tasks["held_out"], ev_runs, work / "eval-dapo")
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
@@ -326,6 +349,8 @@ def report(cfg: dict, tasks: dict, stages: list[dict], dapo_rows: list[dict],
     for k, g in gains.items():
         print(f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
               f"{'above' if g['above_2se'] else 'not above'} two standard errors")
+    print("wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "
+          "+ SFT; DAPO: its run); episodes: training episodes rolled out by the stage")
     print(f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
           f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min")
     return {"config": {k: v for k, v in cfg.items() if not k.startswith("_")}, "tasks": tasks,
