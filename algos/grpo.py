@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from algos.config import ConfigError, RLConfig, parse_config
 from algos.learner import LearnerConfig
-from algos.trainer import learner_config_from, run_cli, validate_rl_config
+from algos.rl_common import learner_config_from, validate_rl_config
+from algos.trainer import run_cli
 
 
 @dataclass

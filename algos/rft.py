@@ -31,26 +31,24 @@ from typing import Any
 from algos.config import ConfigError, RunConfig, parse_config, save_config, to_dict
 from algos.data import Sample
 from algos.learner import LearnerConfig
-from algos.trainer import (
+from algos.policy import Policy, build_policy, load_policy_model
+from algos.rollouts import RolloutSpec, env_task_ids, run_rollouts
+from algos.run_io import (
     CHECKPOINT_DIR,
-    ENV_FAILURES,
     METRICS_FILE,
-    Counters,
-    EpisodesFailed,
     InterruptGuard,
     MetricsLogger,
-    Policy,
-    build_policy,
-    check_episode_errors,
-    default_learner_factory,
-    env_kwargs_for,
-    env_task_ids,
     format_table,
-    load_policy_model,
-    run_rollouts,
     seed_everything,
+)
+from algos.scoring import (
+    ENV_FAILURES,
+    Counters,
+    EpisodesFailed,
+    check_episode_errors,
     to_sample,
 )
+from algos.trainer import default_learner_factory
 
 DATA_FILE = "rft_data.jsonl"
 RESULT_COLUMNS = (
@@ -122,9 +120,10 @@ def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
         trajs = [t for path in cfg.trajectories for t in Trajectory.load_jsonl(path)]
     else:
         assert policy is not None
-        pool = cfg.tasks or env_task_ids(cfg.env, env_kwargs_for(cfg))
+        spec = RolloutSpec.from_config(cfg)
+        pool = cfg.tasks or env_task_ids(cfg.env, spec.env_kwargs)
         policy.model.eval()
-        trajs = run_rollouts(cfg, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
+        trajs = run_rollouts(spec, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
         for t in trajs:
             if t.finish_reason == "error" or not t.turns:

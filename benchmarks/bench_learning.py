@@ -16,7 +16,7 @@ from pathlib import Path
 
 from algos import dapo, grpo
 from algos.plot import plot_runs
-from algos.trainer import read_metrics
+from algos.run_io import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 COMMON = [

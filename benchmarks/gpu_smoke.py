@@ -62,7 +62,7 @@ def part_dapo(args) -> dict:
     from bench_learning import COMMON
 
     from algos import dapo
-    from algos.trainer import read_metrics
+    from algos.run_io import read_metrics
 
     iterations = 2 if args.dry else 16
     run = Path(tempfile.mkdtemp(prefix="gpu-smoke-dapo-")) / "run"
@@ -108,7 +108,7 @@ def part_push(args) -> dict:
     from agents.models.smollm2 import tiny_random_model
     from agents.protocols import Conversation, SamplingParams
     from algos.distributed.fsdp import training_device
-    from algos.trainer import Policy, load_policy_model
+    from algos.policy import Policy, load_policy_model
 
     root = Path(tempfile.mkdtemp(prefix="gpu-smoke-push-"))
     hidden, layers = (64, 2) if args.dry else (1536, 28)

@@ -101,10 +101,10 @@ def test_trainer_sampler_and_reference_follow_the_learners_device(tmp_path: Path
 
 def test_engine_copy_follows_the_training_device(tmp_path: Path, monkeypatch):
     # engine_dtype bfloat16: the engine holds its own copy, put on the training device.
-    import algos.trainer as trainer_mod
+    import algos.policy as policy_mod
 
-    monkeypatch.setattr(trainer_mod, "training_device", lambda: META)
-    policy = trainer_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"),
+    monkeypatch.setattr(policy_mod, "training_device", lambda: META)
+    policy = policy_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"),
                                       tmp_path / "run")
     try:
         assert not policy.shares_weights

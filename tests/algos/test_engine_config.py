@@ -9,7 +9,7 @@ import pytest
 import agents.models.vllm as vllm_backend
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.trainer import build_policy
+from algos.policy import build_policy
 
 
 def _cfg(tmp_path: Path, **kw) -> DAPOConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from algos import grpo
-from algos.trainer import read_metrics
+from algos.run_io import read_metrics
 
 COMMON = ["--policy", "tiny-random", "--iterations", "1", "--problems-per-iteration", "1",
           "--group-size", "2", "--batch-size", "2", "--progress", "false", "--lr", "1e-4"]

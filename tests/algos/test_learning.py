@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from algos import dapo
-from algos.trainer import read_metrics
+from algos.run_io import read_metrics
 
 LEARNING_ARGS = [
     "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",

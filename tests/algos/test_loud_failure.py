@@ -101,20 +101,19 @@ def test_sandbox_and_grading_failures_count_toward_the_share(tmp_path: Path):
     # A dead sandbox or a grader without a verdict is scored as reward 0, yet it is a failure of
     # the run's infrastructure: a run where all of them end that way must stop, not train on 0s.
     from agents.trajectory import Trajectory, Turn
-    from algos.trainer import Counters, check_episode_errors, score_trajectories
+    from algos.scoring import Counters, check_episode_errors, score_trajectories
 
-    cfg = toy_cfg(tmp_path)
     trajs = [Trajectory(task_id=f"t{i}", turns=[Turn(action="x")], token_exact=True,
                         finish_reason=("sandbox_failed", "grading_error")[i % 2],
                         error="container gone") for i in range(4)]
     counters = Counters()
-    scored = score_trajectories(cfg, trajs, [0, 0, 1, 1], None, counters)
+    scored = score_trajectories(trajs, [0, 0, 1, 1], None, counters)
     assert [s.reward for s in scored] == [0.0] * 4 and counters.env_failures == 4
     with pytest.raises(EpisodesFailed, match=r"4 of 4 episodes failed .*4 sandbox/grading "
                                              r"failures.*first error: env t0: sandbox_failed"):
         check_episode_errors(counters, 0.5, "iteration 1")
     one = Counters()
-    score_trajectories(cfg, trajs[:1] + [Trajectory(task_id="ok", turns=[Turn(action="x")],
+    score_trajectories(trajs[:1] + [Trajectory(task_id="ok", turns=[Turn(action="x")],
                                                      token_exact=True, finish_reason="submitted")]
                        * 3, [0, 0, 1, 1], None, one)
     check_episode_errors(one, 0.5, "iteration 1")  # 1 of 4: below the share, the run goes on

@@ -11,7 +11,7 @@ import torch
 from algos import core
 from algos.data import Sample
 from algos.learner import Learner, LearnerConfig
-from algos.trainer import Counters, Scored, assign_advantages, mask_failed_groups
+from algos.scoring import Counters, Scored, assign_advantages, mask_failed_groups
 
 T = torch.tensor
 
@@ -69,7 +69,7 @@ def test_rloo_leave_one_out_baseline():
 
 def test_trainer_advantages_by_name():
     scored = [Scored(None, 0, r) for r in (1.0, 0.0, 0.0)]
-    assign_advantages(SimpleNamespace(advantage_estimator="rloo", normalize_std=True), scored)
+    assign_advantages(scored, estimator="rloo", normalize_std=True)
     # 1 - 0, 0 - 0.5, 0 - 0.5
     assert close([s.advantage for s in scored], [1.0, -0.5, -0.5])
 

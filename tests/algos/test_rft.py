@@ -12,7 +12,8 @@ from agents.rollout import rollout
 from agents.trajectory import Trajectory
 from algos import rft
 from algos.rft import RFTConfig, build_samples
-from algos.trainer import Counters, read_metrics
+from algos.run_io import read_metrics
+from algos.scoring import Counters
 
 TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
 

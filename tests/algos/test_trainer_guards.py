@@ -16,14 +16,14 @@ import pytest
 
 from agents.models import ScriptedModel
 from algos import core
-from algos import trainer as trainer_mod
+from algos import rollouts as rollouts_mod
 from algos.dapo import DAPOConfig
 from algos.grpo import GRPOConfig
 from algos.trainer import Policy, TaskSampler, Trainer, load_policy_model, read_metrics
 
 POOL = ["toy-0", "toy-1", "toy-2", "toy-3"]  # ToyKeyword-v0's default tasks
 HIT, MISS = "yes", "no"  # reward 1 / 0 with target "e"
-REAL_RUN_ROLLOUTS = trainer_mod.run_rollouts
+REAL_RUN_ROLLOUTS = rollouts_mod.run_rollouts
 
 
 def toy_cfg(tmp_path: Path, cls=DAPOConfig, name: str = "run", **kw):
@@ -63,14 +63,14 @@ def record_rollouts(monkeypatch, interrupt_at: int | None = None) -> list[list[s
     after its episodes ran, as a SIGINT during rollouts does."""
     calls: list[list[str]] = []
 
-    def spy(cfg, sampler, task_ids, *args, **kwargs):
-        out = REAL_RUN_ROLLOUTS(cfg, sampler, task_ids, *args, **kwargs)
+    def spy(spec, sampler, task_ids, *args, **kwargs):
+        out = REAL_RUN_ROLLOUTS(spec, sampler, task_ids, *args, **kwargs)
         calls.append(list(task_ids))
         if len(calls) == interrupt_at:
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(trainer_mod, "run_rollouts", spy)
+    monkeypatch.setattr(rollouts_mod, "run_rollouts", spy)
     return calls
 
 

@@ -11,7 +11,7 @@ import pytest
 from algos import dapo
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.trainer import read_metrics
+from algos.run_io import read_metrics
 
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode
 # at a time (seeded sampling), one optimiser step per iteration, the sampler's old log-probs (so

@@ -1,0 +1,259 @@
+"""Episodes to learner samples: rewards, loud failures, failure masking, advantages, filters."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from algos import core
+from algos.config import ConfigError
+from algos.data import Sample
+from swe_gym.errors import unknown_choice
+
+log = logging.getLogger(__name__)
+
+FILTERS = ("none", "nonzero_advantage", "nonconstant_group")
+# Ends that say nothing about the policy: the rollout or the env failed (agents' FINISH_REASONS)
+ENV_FAILURES = ("sandbox_failed", "grading_error")
+INFRA_FAILURES = ("error", "timeout", *ENV_FAILURES)
+
+
+class EpisodesFailed(RuntimeError):
+    """Every episode of an iteration (or more than ``max_error_share`` of them) failed in its
+    rollout or its reward: a broken setup, not a signal to learn from (or to skip quietly)."""
+
+
+@dataclass(frozen=True)
+class ScoringSpec:
+    """What scoring a round of groups reads (an RL config's reward, advantage and filter
+    choices; see :meth:`from_config`)."""
+
+    filter: str = "none"
+    advantage_estimator: str = "grpo"
+    normalize_std: bool = True
+    length_penalty: bool = False
+    length_threshold: int = 0
+    max_turns: int = 0
+    mask_failed_groups: bool = False
+    max_error_share: float = 0.5
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ScoringSpec:
+        return cls(filter=cfg.filter,
+                   advantage_estimator=getattr(cfg, "advantage_estimator", "grpo"),
+                   normalize_std=cfg.normalize_std,
+                   length_penalty=getattr(cfg, "length_penalty", False),
+                   length_threshold=getattr(cfg, "length_threshold", 0), max_turns=cfg.max_turns,
+                   mask_failed_groups=getattr(cfg, "mask_failed_groups", False),
+                   max_error_share=cfg.max_error_share)
+
+
+@dataclass
+class Scored:
+    """One usable trajectory with its reward, group and (later) advantage."""
+
+    traj: Any
+    group: int
+    reward: float
+    advantage: float = 0.0
+
+
+@dataclass
+class Counters:
+    """Per-iteration counts of what was dropped and why."""
+
+    episodes: int = 0
+    rollout_errors: int = 0
+    env_failures: int = 0  # scored (reward 0) but the env's failure: a dead sandbox, no verdict
+    not_token_exact: int = 0
+    reward_errors: int = 0
+    truncated: int = 0
+    overlong_dropped: int = 0
+    empty: int = 0
+    filtered: int = 0
+    failure_masked: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: Counters) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def row(self) -> dict[str, int]:
+        """The counts a metrics row reports."""
+        return {k: getattr(self, k) for k in (
+            "episodes", "rollout_errors", "env_failures", "reward_errors", "not_token_exact",
+            "truncated", "overlong_dropped", "filtered", "failure_masked")}
+
+
+def load_reward_fn(spec: str | None) -> Callable[[Any], float] | None:
+    """``'module:function'`` -> the function (called with a Trajectory, returns a float)."""
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    if not name:
+        raise ConfigError(f"reward_fn {spec!r} must be 'module:function'")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"reward_fn {spec!r} cannot be imported: {e}") from None
+
+
+def is_overlong(traj: Any) -> bool:
+    """Cut by a limit rather than ended by the agent (methods.md 4-5 "overlong")."""
+    if traj.finish_reason in ("max_turns", "context_overflow"):
+        return True
+    return bool(traj.turns) and traj.turns[-1].completion_finish_reason == "length"
+
+
+def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
+                       reward_fn: Callable[[Any], float] | None, counters: Counters, *,
+                       length_penalty: bool = False, length_threshold: int = 0,
+                       max_turns: int = 0) -> list[Scored]:
+    """Rewards (+ the turn length penalty when ``length_penalty``: ``length_threshold`` and
+    ``max_turns`` as in ``core.turn_length_penalty``); drops crashed / non-token-exact /
+    unscorable episodes."""
+    out = []
+    for traj, group in zip(trajs, groups, strict=True):
+        counters.episodes += 1
+        if traj.finish_reason == "error" or not traj.turns:
+            counters.rollout_errors += 1
+            counters.errors.append(f"rollout {traj.task_id}: {(traj.error or 'no turns')[:300]}")
+            continue
+        if not traj.token_exact:
+            counters.not_token_exact += 1
+            counters.errors.append(f"rollout {traj.task_id}: not token-exact (the model returned "
+                                   "text without its token ids; use a token backend)")
+            continue
+        try:
+            reward = float(reward_fn(traj)) if reward_fn is not None else float(traj.reward)
+            if not math.isfinite(reward):
+                raise ValueError(f"reward is {reward}")
+        except Exception as e:  # noqa: BLE001 - a broken reward drops the sample, not the run
+            counters.reward_errors += 1
+            counters.errors.append(f"reward {traj.task_id}: {type(e).__name__}: {e}")
+            log.warning("reward function failed on task %s: %s: %s", traj.task_id,
+                        type(e).__name__, e)
+            continue
+        if traj.finish_reason in ENV_FAILURES:
+            counters.env_failures += 1
+            counters.errors.append(f"env {traj.task_id}: {traj.finish_reason}: "
+                                   f"{(traj.error or '')[:300]}")
+        if length_penalty:
+            reward += float(core.turn_length_penalty(
+                torch.tensor([traj.num_turns]), length_threshold, max_turns)[0])
+        out.append(Scored(traj, group, reward))
+    return out
+
+
+def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
+                       counters: Counters) -> list[Scored]:
+    """Drop every scored member of a group in which an episode failed: it ended in
+    ``INFRA_FAILURES`` (a rollout error, a timeout, a dead sandbox, no grading verdict) or was
+    not scored at all (e.g. its reward function raised); counted in ``failure_masked``."""
+    ok = {id(s.traj) for s in scored}
+    failed = torch.tensor([id(t) not in ok or t.finish_reason in INFRA_FAILURES for t in trajs])
+    keep = core.keep_groups_without_failures(failed, torch.tensor(list(groups)))
+    bad_groups = {g for g, k in zip(groups, keep.tolist(), strict=True) if not k}
+    out = [s for s in scored if s.group not in bad_groups]
+    counters.failure_masked += len(scored) - len(out)
+    return out
+
+
+def check_episode_errors(counters: Counters, max_share: float, where: str) -> None:
+    """Raise :class:`EpisodesFailed` (with the first error) when every episode failed or more
+    than ``max_share`` of them did; only the filters drop episodes on purpose."""
+    failed = (counters.rollout_errors + counters.env_failures + counters.not_token_exact
+              + counters.reward_errors)
+    if not failed or (failed < counters.episodes and failed <= max_share * counters.episodes):
+        return
+    first = counters.errors[0] if counters.errors else "(no message)"
+    raise EpisodesFailed(
+        f"{where}: {failed} of {counters.episodes} episodes failed ({counters.rollout_errors} "
+        f"rollout errors, {counters.env_failures} sandbox/grading failures, "
+        f"{counters.not_token_exact} not token-exact, {counters.reward_errors} "
+        f"reward errors; max_error_share={max_share}); first error: {first}")
+
+
+def assign_advantages(scored: list[Scored], estimator: str = "grpo",
+                      normalize_std: bool = True) -> None:
+    """Group advantages (methods.md 3-5; ``estimator``: grpo or rloo) written into each
+    ``Scored``."""
+    if not scored:
+        return
+    rewards = torch.tensor([s.reward for s in scored], dtype=torch.float64)
+    index = torch.tensor([s.group for s in scored])
+    adv = core.compute_advantages(estimator, rewards, index, normalize_std=normalize_std)
+    for s, a in zip(scored, adv.tolist(), strict=True):
+        s.advantage = a
+
+
+def apply_filter(name: str, scored: list[Scored]) -> list[Scored]:
+    """The samples the named filter keeps (``none``: all; ``nonzero_advantage``: Nebius;
+    ``nonconstant_group``: DAPO dynamic sampling)."""
+    if name == "none" or not scored:
+        return list(scored)
+    if name == "nonzero_advantage":
+        keep = core.keep_nonzero_advantage(torch.tensor([s.advantage for s in scored]))
+    elif name == "nonconstant_group":
+        keep = core.keep_nonconstant_groups(
+            torch.tensor([s.reward for s in scored], dtype=torch.float64),
+            torch.tensor([s.group for s in scored]))
+    else:
+        raise unknown_choice("filter", name, FILTERS)
+    return [s for s, k in zip(scored, keep.tolist(), strict=True) if k]
+
+
+def score_groups(trajs: Sequence[Any], groups: Sequence[int], spec: ScoringSpec,
+                 reward_fn: Callable[[Any], float] | None, counters: Counters,
+                 where: str) -> tuple[list[Scored], list[Scored]]:
+    """One round of rolled-out groups, scored: rewards, the loud-failure check (raises
+    :class:`EpisodesFailed`), failure masking, advantages (each group against its own members
+    only), then the filter. Returns ``(every scored episode, the filter's survivors)``."""
+    scored = score_trajectories(trajs, groups, reward_fn, counters,
+                                length_penalty=spec.length_penalty,
+                                length_threshold=spec.length_threshold, max_turns=spec.max_turns)
+    check_episode_errors(counters, spec.max_error_share, where)
+    if spec.mask_failed_groups:
+        scored = mask_failed_groups(trajs, groups, scored, counters)
+    assign_advantages(scored, spec.advantage_estimator, spec.normalize_std)
+    survivors = apply_filter(spec.filter, scored)
+    counters.filtered += len(scored) - len(survivors)
+    return scored, survivors
+
+
+def to_sample(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
+              counters: Counters, sample_id: str) -> Sample | None:
+    """The learner's view of a trajectory; truncated to ``max_tokens`` (counted)."""
+    ids, mask, lps = traj.to_sample_arrays(mask_invalid=mask_invalid)
+    if len(ids) > max_tokens:
+        counters.truncated += 1
+        ids, mask, lps = ids[:max_tokens], mask[:max_tokens], lps[:max_tokens]
+    if len(ids) < 2 or sum(mask) == 0:
+        counters.empty += 1
+        return None
+    return Sample(input_ids=ids, loss_mask=mask,
+                  old_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
+                  advantage=advantage, sample_id=sample_id)
+
+
+def to_samples(kept: Sequence[Scored], counters: Counters, *, max_tokens: int,
+               mask_invalid: bool, overlong_filter: bool) -> list[Sample]:
+    """The learner's samples of the kept episodes (overlong ones dropped when
+    ``overlong_filter``, counted); sample ids ``task/index``."""
+    samples: list[Sample] = []
+    for i, s in enumerate(kept):
+        if overlong_filter and is_overlong(s.traj):
+            counters.overlong_dropped += 1
+            continue
+        sample = to_sample(s.traj, s.advantage, max_tokens, mask_invalid, counters,
+                           f"{s.traj.task_id}/{i}")
+        if sample is not None:
+            samples.append(sample)
+    return samples
