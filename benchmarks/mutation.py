@@ -38,19 +38,29 @@ PACKAGES = ("swe_gym", "envs", "agents", "algos")
 # module -> (file, the tests that exercise it: fast ones first)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "core": ("algos/core.py", ["tests/algos/test_core.py", "tests/algos/test_objectives.py"]),
-    "learner": ("algos/learner.py", ["tests/algos/test_learner.py", "-m", "not slow",
+    # learner: its own tests and the off-policy-correction tests that run a Learner; the
+    # killed-process resume test (a subprocess per run, minutes) is left out
+    "learner": ("algos/learner.py", ["tests/algos/test_learner.py",
+                                     "tests/algos/test_learner_mutants.py",
+                                     "tests/algos/test_objectives.py", "-m", "not slow",
                                      "-k", "not killed_process"]),
     "trainer": ("algos/trainer.py", ["tests/algos/test_trainer_guards.py",
                                      "tests/algos/test_trainer_faults.py",
                                      "-k", "not ctrl_c"]),
-    "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading.py",
-                                       "tests/swe_gym/test_grading_outcomes.py"]),
+    # grading: the local-backend outcome and tamper tests (bubblewrap, seconds each; the
+    # Docker ones left out) and the pure ones
+    "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading_mutants.py",
+                                       "tests/swe_gym/test_grading_outcomes.py",
+                                       "tests/swe_gym/test_grading_testinfra.py",
+                                       "tests/security/test_grading_tamper.py",
+                                       "-k", "not docker"]),
 }
 
 
-def prepare(module: str, work: Path) -> Path:
+def prepare(module: str, work: Path) -> tuple[Path, list[str]]:
     """A copy of the project (no .git) with mutmut's config for ``module`` in pyproject.toml."""
     path, tests = MODULES[module]
+    tests = [t for t in tests if not t.endswith(".py") or (ROOT / t).exists()]  # before/after
     dest = work / module
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
@@ -67,11 +77,23 @@ def prepare(module: str, work: Path) -> Path:
         f.write("\n[tool.mutmut]\n")
         for key, value in config.items():
             f.write(f"{key} = {json.dumps(value)}\n")
-    return dest
+    return dest, tests
 
 
-def run(module: str, work: Path, minutes: float, only: list[str], children: int) -> dict:
-    dest = prepare(module, work)
+def run(module: str, work: Path, minutes: float, only: list[str], children: int,
+        resume: bool = False, earlier: dict | None = None) -> dict:
+    """One mutmut run over ``module``. ``resume``: continue in the existing copy (its verdicts
+    stand, mutmut checks the rest). ``earlier``: a previous result of this module; only its
+    survivors and unchecked mutants run (with today's tests), its killed ones count as killed:
+    adding tests cannot revive a killed mutant, so the score compares with the earlier one."""
+    if resume and (work / module / "mutants").is_dir():
+        dest = work / module
+        tests = json.loads((dest / "mutation-tests.json").read_text())
+    else:
+        dest, tests = prepare(module, work)
+        (dest / "mutation-tests.json").write_text(json.dumps(tests))
+    if earlier is not None:
+        only = earlier["survivors"] + earlier.get("not_checked", [])
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *only]
     env = {**os.environ, "PYTHONPATH": str(dest), "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
@@ -92,18 +114,25 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int)
         name, sep, state = line.strip().rpartition(": ")
         if sep:
             status[name] = state
+    if earlier is not None:  # the rest keep the earlier verdict
+        status = {n: status.get(n, "not checked") for n in only}
     counts: dict[str, int] = {}
+    for name in ("killed", "timeout", "no tests") if earlier is not None else ():
+        if earlier["counts"].get(name):
+            counts[name] = earlier["counts"][name]
     for state in status.values():
         counts[state] = counts.get(state, 0) + 1
     killed, survived = counts.get("killed", 0), counts.get("survived", 0)
     timeouts = counts.get("timeout", 0)
     checked = killed + survived + timeouts
     return {
-        "module": MODULES[module][0], "tests": MODULES[module][1], "only": only,
+        "module": MODULES[module][0], "tests": tests, "only": only,
         "wall_s": round(wall, 1), "time_boxed": timed_out, "counts": counts,
-        "checked": checked, "total": len(status),
+        "checked": checked, "total": earlier["total"] if earlier else len(status),
         "score": (killed + timeouts) / checked if checked else None,
         "survivors": sorted(n for n, s in status.items() if s == "survived"),
+        "not_checked": sorted(n for n, s in status.items() if s == "not checked"),
+        "after": earlier is not None,
         "copy": str(dest), "stderr_tail": (err or "")[-2000:] if not checked else "",
     }
 
@@ -115,6 +144,13 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0, help="time box per module")
     ap.add_argument("--only", nargs="*", default=[], help="mutant-name globs (sampling)")
     ap.add_argument("--max-children", type=int, default=1, help="parallel test processes")
+    ap.add_argument("--label", default="", help="suffix of the result's key in the JSON "
+                    "(e.g. 'before': keeps a score beside a later run's)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue a time-boxed run in its copy (same tests)")
+    ap.add_argument("--after", metavar="LABEL", default=None,
+                    help="rerun only the survivors and unchecked mutants of the result "
+                    "MODULE-LABEL in the JSON, with the current tests")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "swe-gym-mutation"))
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
@@ -126,9 +162,16 @@ def main() -> None:
     results: dict = {}
     print(f"{'module':>20} {'mutants':>7} {'checked':>7} {'killed':>6} {'survived':>8} "
           f"{'timeout':>7} {'score':>6} {'wall s':>7}")
+    previous = json.loads(out_path.read_text()) if out_path.exists() else {}
     for module in args.modules:
-        r = run(module, work, args.minutes, args.only, args.max_children)
-        results[module] = r
+        earlier = None
+        if args.after is not None:
+            earlier = previous.get(f"{module}-{args.after}")
+            if earlier is None:
+                ap.error(f"no result {module}-{args.after!s} in {out_path}; "
+                         f"have: {', '.join(previous)}")
+        r = run(module, work, args.minutes, args.only, args.max_children, args.resume, earlier)
+        results[f"{module}-{args.label}" if args.label else module] = r
         c = r["counts"]
         score = f"{100 * r['score']:5.1f}%" if r["score"] is not None else "    -"
         print(f"{r['module']:>20} {r['total']:>7} {r['checked']:>7} {c.get('killed', 0):>6} "

@@ -1,0 +1,167 @@
+"""Grading behaviour that mutation testing found unchecked (``benchmarks/mutation.py grading``):
+which log parser and test command a task gets, its environment variables, what a failed or
+partial patch reports, and that a patch is applied without leftovers. The pure parts run
+without a sandbox; the rest on the local backend with the ``mini_repo`` fixture (seconds)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from swe_gym import grading
+from swe_gym.grading import apply_patch, grade_patch, log_parser_name, run_tests
+from swe_gym.sandbox import make_sandbox
+from swe_gym.tasks import Task, normalise_row
+
+
+def _task(repo: str = "local/x", install_config: dict | None = None,
+          test_patch: str = "") -> Task:
+    return Task(instance_id="t-1", repo=repo, base_commit="0" * 40, problem_statement="",
+                patch="", test_patch=test_patch, FAIL_TO_PASS=["a"], PASS_TO_PASS=[],
+                install_config=install_config)
+
+
+def _touching(*paths: str) -> str:
+    """A test patch that adds a line to each of ``paths`` (its test files)."""
+    return "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1,2 @@\n x\n+y\n"
+                   for p in paths)
+
+
+# ---------------------------------------------------------------- pure: parser and command
+
+
+def test_log_parser_is_the_tasks_own_then_the_repositorys_then_pytests():
+    assert log_parser_name(_task(install_config={"log_parser": "parse_log_django"})) == \
+        "parse_log_django"
+    assert log_parser_name(_task(repo="sympy/sympy")) == "parse_log_sympy"
+    assert log_parser_name(_task(repo="sympy/sympy", install_config={})) == "parse_log_sympy"
+    assert log_parser_name(_task()) == "parse_log_pytest"
+
+
+def test_an_unknown_log_parser_names_the_task_the_value_and_the_choices():
+    with pytest.raises(ValueError) as err:
+        log_parser_name(_task(install_config={"log_parser": "parse_log_pytset"}))
+    msg = str(err.value)
+    assert "log_parser for task t-1: 'parse_log_pytset'" in msg
+    assert "choose one of:" in msg and "Did you mean 'parse_log_pytest'?" in msg
+
+
+def test_test_command_runs_the_configured_command_on_the_python_test_files():
+    task = _task(install_config={"test_cmd": "pytest -x"},
+                 test_patch=_touching("tests/test a.py", "tests/data.json"))
+    assert grading.test_command(task) == "pytest -x 'tests/test a.py'"  # quoted; data not run
+    listed = _task(install_config={"test_cmd": ["source env.sh", "pytest -rA"]},
+                   test_patch=_touching("t/test_x.py"))
+    assert grading.test_command(listed) == "source env.sh && pytest -rA t/test_x.py"
+
+
+def test_test_command_falls_back_to_the_repository_then_pytest():
+    sympy = _task(repo="sympy/sympy", test_patch=_touching("a/test_b.py"))
+    assert grading.test_command(sympy) == (
+        "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose "
+        "a/test_b.py")
+    assert grading.test_command(_task(test_patch=_touching("t/test_x.py"))) == \
+        "pytest -rA t/test_x.py"
+    # no Python test file: the command gets the files the test patch touches
+    assert grading.test_command(_task(test_patch=_touching("t/cases.txt"))) == \
+        "pytest -rA t/cases.txt"
+
+
+# ---------------------------------------------------------------- on the local backend
+
+
+@pytest.fixture(scope="module")
+def mini(mini_repo) -> tuple[dict, dict]:
+    row, repos = mini_repo
+    cfg = {**row["install_config"], "env_vars": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+    return {**row, "install_config": cfg}, {"repos_dir": str(repos)}
+
+
+def _code_patch(mini_repo, text: str) -> str:
+    repo = mini_repo[1] / "local__mini"
+    (repo / "calc.py").write_text(text)
+    out = subprocess.run(["git", "diff", "--", "calc.py"], cwd=repo, capture_output=True,
+                         text=True, check=True)
+    subprocess.run(["git", "checkout", "--", "calc.py"], cwd=repo, check=True)
+    return out.stdout
+
+
+def test_a_fix_that_breaks_a_passing_test_reports_each_side(mini, mini_repo):
+    row, opts = mini
+    both_wrong = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
+    report = grade_patch(normalise_row(row), _code_patch(mini_repo, both_wrong),
+                         sandbox_options=opts, timeout=120)
+    assert not report.resolved and report.reason == "tests_failed"
+    assert report.f2p_pass == 1.0 and report.f2p_failed == []
+    assert report.p2p_pass == 0.0 and report.p2p_failed == ["tests/test_calc.py::test_sub"]
+    assert report.patch_applied_with == "git apply" and report.exit_code == 1
+
+
+def test_an_empty_patch_is_graded_as_the_unchanged_repository(mini):
+    row, opts = mini
+    report = grade_patch(normalise_row(row), "", sandbox_options=opts, timeout=120)
+    assert report.patch_applied_with == "empty" and report.reason == "tests_failed"
+    assert report.f2p_pass == 0.0 and report.p2p_pass == 1.0 and report.missing == []
+
+
+def test_a_patch_that_does_not_apply_names_no_test_as_missing(mini):
+    row, opts = mini
+    broken = row["patch"].replace("-    return a - b", "-    return a * b", 1)
+    report = grade_patch(normalise_row(row), broken, sandbox_options=opts, timeout=120)
+    assert report.reason == "model_patch_failed" and report.patch_applied_with is None
+    assert report.missing == [] and report.parsed == 0  # no test ran, none went missing
+    assert "$ patch --batch --fuzz=5" in report.log_tail  # every fallback was tried
+
+
+def test_a_patch_without_its_final_newline_applies(mini):
+    row, opts = mini
+    report = grade_patch(normalise_row(row), row["patch"].rstrip("\n"), sandbox_options=opts,
+                         timeout=120)
+    assert report.resolved and report.patch_applied_with == "git apply"
+
+
+def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mini_repo):
+    """After ``git apply --reject`` fails, only the test patch's files are reset: the model
+    patch stays and the rejected hunk's .rej file goes (``patch --fuzz`` then keeps a .orig
+    backup of what it fuzzed, as the harness's own run does)."""
+    row, opts = mini
+    repo = mini_repo[1] / "local__mini"
+    path = repo / "tests" / "test_calc.py"
+    base = path.read_text()
+    path.write_text(base.replace("from calc import sub", "from calc import add, sub")
+                    + "\n\ndef test_add():\n    assert add(2, 2) == 4\n")
+    two_hunks = subprocess.run(["git", "diff", "-U1", "--", "tests/test_calc.py"], cwd=repo,
+                               capture_output=True, text=True, check=True).stdout
+    subprocess.run(["git", "checkout", "--", "tests/test_calc.py"], cwd=repo, check=True)
+    fuzzy = two_hunks.replace("+from calc import add, sub\n \n",
+                              "+from calc import add, sub\n x\n", 1)
+    task = normalise_row(row)
+    sb = make_sandbox(task, "local", **opts)
+    sb.start()
+    try:
+        assert apply_patch(sb, row["patch"], "model")[0] == "git apply"
+        method, _ = apply_patch(sb, fuzzy, "test", task.base_commit)
+        status = sb.run(f"cd {sb.workdir} && git status --porcelain --untracked-files=all "
+                        "-- . ':!.swe_gym_grading'", timeout=60).output
+    finally:
+        sb.close()
+    assert method == "patch --fuzz=5"
+    changed = sorted(line[3:] for line in status.splitlines())
+    assert changed == ["calc.py", "tests/test_calc.py", "tests/test_calc.py.orig"], status
+
+
+def test_the_tasks_environment_reaches_the_test_command_quoted(mini):
+    row, opts = mini
+    # sh -c: the test files appended to the command become its $0
+    cfg = {"test_cmd": "sh -c 'echo \"greeting=$GREETING\"; exit 3'",
+           "env_vars": {"GREETING": "hello; world $HOME"}}
+    task = normalise_row({**row, "install_config": cfg})
+    sb = make_sandbox(task, "local", **opts)
+    sb.start()
+    try:
+        run = run_tests(sb, task, 120)
+    finally:
+        sb.close()
+    assert "greeting=hello; world $HOME" in run.log
+    assert run.exit_code == 3 and not run.timed_out
