@@ -4,7 +4,8 @@
 
 1. Trajectories: roll out ``runs_per_task`` episodes per task with the policy's engine (or
    ``rollout_model``), or read trajectory JSONL files (``--trajectories``, e.g. from
-   ``python -m agents.evaluate``);
+   ``python -m agents.evaluate``); rolled-out episodes (up to ``save_episodes``, passing or
+   not) are saved as iteration 1 in ``RUN_DIR/episodes/`` (``python -m algos.report RUN_DIR``);
 2. keep the resolved, token-exact ones (saved to ``RUN_DIR/rft_data.jsonl``, which ``--resume``
    reuses);
 3. SFT on policy tokens only, turns that were invalid actions masked out of the loss
@@ -28,10 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algos.config import ConfigError, RunConfig, parse_config, save_config, to_dict
+from algos.config import (
+    EPISODE_SAMPLING,
+    ConfigError,
+    RunConfig,
+    parse_config,
+    save_config,
+    to_dict,
+)
 from algos.data import Sample
 from algos.learner import LearnerConfig
 from algos.policy import Policy, build_policy, load_policy_model
+from algos.report import save_iteration_episodes
 from algos.rollouts import RolloutSpec, env_task_ids, run_rollouts
 from algos.run_io import (
     CHECKPOINT_DIR,
@@ -49,6 +58,7 @@ from algos.scoring import (
     to_sample,
 )
 from algos.trainer import default_learner_factory
+from swe_gym.errors import unknown_choice
 
 DATA_FILE = "rft_data.jsonl"
 RESULT_COLUMNS = (
@@ -87,6 +97,12 @@ class RFTConfig(RunConfig):
     """Max gradient norm."""
     yarn_factor: float | None = None
     """Extend the rope with YaRN by this factor."""
+    save_episodes: int | None = 64
+    """Rolled-out episodes written to RUN_DIR/episodes/iter-000001.jsonl (as the RL loop saves an
+    iteration's; python -m algos.report RUN_DIR shows them); 0 saves none, none saves all."""
+    save_episodes_sampling: str = "groups"
+    """Which episodes are saved when there are more than save_episodes: groups (whole tasks at
+    random) or random (episodes at random)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,6 +113,11 @@ class RFTConfig(RunConfig):
             raise ConfigError(f"warmup_steps must be >= 0; got {self.warmup_steps}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0; got {self.lr}")
+        if self.save_episodes is not None and self.save_episodes < 0:
+            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        if self.save_episodes_sampling not in EPISODE_SAMPLING:
+            raise unknown_choice("save_episodes_sampling", self.save_episodes_sampling,
+                                 EPISODE_SAMPLING)
         for path in self.trajectories or []:
             if not Path(path).is_file():
                 raise ConfigError(f"trajectory file {path!r} does not exist")
@@ -112,8 +133,10 @@ class RFTConfig(RunConfig):
         )
 
 
-def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
-    """``(kept trajectories, how many were read or rolled out)``."""
+def collect(cfg: RFTConfig, policy: Policy | None,
+            run_dir: Path | None = None) -> tuple[list[Any], int]:
+    """``(kept trajectories, how many were read or rolled out)``; rolled-out episodes are saved
+    to ``run_dir`` as iteration 1 of the run (``save_episodes``; read files are not copied)."""
     from agents.trajectory import Trajectory
 
     if cfg.trajectories:
@@ -133,6 +156,9 @@ def collect(cfg: RFTConfig, policy: Policy | None) -> tuple[list[Any], int]:
                 failed.env_failures += 1
                 failed.errors.append(f"env {t.task_id}: {t.finish_reason}: {(t.error or '')[:300]}")
         check_episode_errors(failed, cfg.max_error_share, "rft rollouts")
+        if run_dir is not None and cfg.save_episodes != 0:  # sampled by the initial weights
+            save_iteration_episodes(run_dir, 1, trajs, 0, cfg.save_episodes,
+                                    cfg.save_episodes_sampling, cfg.seed)
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
     return kept, len(trajs)
 
@@ -175,7 +201,7 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
         kept = Trajectory.load_jsonl(data_file)
         seen = len(kept)
     else:
-        kept, seen = collect(cfg, policy)
+        kept, seen = collect(cfg, policy, run_dir)
         Trajectory.save_jsonl(kept, data_file)
     if not kept:
         raise ConfigError(

@@ -3,6 +3,7 @@ tokenizer); trajectory files with an invalid turn -> that turn masked out of the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from agents.models import ScriptedModel
 from agents.rollout import rollout
 from agents.trajectory import Trajectory
-from algos import rft
+from algos import report, rft
+from algos.config import ConfigError
 from algos.rft import RFTConfig, build_samples
 from algos.run_io import read_metrics
 from algos.scoring import Counters
@@ -32,6 +34,13 @@ def test_rft_on_oracle_rollouts(tmp_path: Path, capsys):
     assert rows[0]["lr"] < max(r["lr"] for r in rows)  # linear warm-up
     assert (run / "checkpoint" / "learner_state.pt").exists()
     assert "nll" in capsys.readouterr().out
+    # every rolled-out episode is saved as the run's iteration 1, and the report shows them
+    saved = Trajectory.load_jsonl(run / "episodes" / "iter-000001.jsonl")
+    assert sorted(t.task_id for t in saved) == sorted(TASKS)
+    meta = json.loads((run / "episodes" / "iter-000001.meta.json").read_text())
+    assert meta["iteration"] == 1 and meta["policy_version"] == 0 and meta["episodes"] == 2
+    html = report.write_report(run).read_text()
+    assert all(task in html for task in TASKS)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,7 @@ def test_invalid_turns_are_masked_out_of_the_loss(trajectories_with_invalid_turn
                      "tiny-random", "--batch-size", "1", "--progress", "false",
                      "--run-dir", str(run)]) == 0
     assert read_metrics(run)[0]["loss_tokens"] == later
+    assert not (run / "episodes").exists()  # read files are not copied into the run
 
 
 def test_mask_invalid_false_trains_on_the_invalid_turn(trajectories_with_invalid_turn, tmp_path):
@@ -84,3 +94,10 @@ def test_mask_invalid_false_trains_on_the_invalid_turn(trajectories_with_invalid
     every = sum(len(t.completion_ids) for t in traj.turns)
     assert read_metrics(run)[0]["loss_tokens"] == every > sum(
         len(t.completion_ids) for t in traj.turns[1:])
+
+
+def test_save_episodes_is_validated():
+    with pytest.raises(ConfigError, match=r"save_episodes must be >= 0 or none \(all\); got -1"):
+        RFTConfig(save_episodes=-1)
+    with pytest.raises(ValueError, match="unknown save_episodes_sampling 'grups'"):
+        RFTConfig(save_episodes_sampling="grups")
