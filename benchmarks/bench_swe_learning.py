@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -61,8 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policy", default=None,
                    help="smollm2 (default) or tiny-random (a smoke run: transformers engine)")
     p.add_argument("--sequential", action="store_true",
-                   help="run every stage alone (default: a held-out evaluation runs beside the "
-                   "next training stage)")
+                   help="run every stage alone (default: held-out evaluations run beside the "
+                   "training stages that follow)")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -173,14 +174,31 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
 
 def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int,
              out: Path, seed: int = 0) -> dict[str, Any]:
+    """pass@1 over ``runs`` runs: one ``agents.evaluate`` call per run, with distinct seeds, at
+    once. (Its own ``--runs R`` gives every turn of every episode the one ``--seed`` as its
+    sampling seed, so on a seeded engine such as vLLM the R runs would be one sample R times.)"""
     ev = cfg["eval"]
-    wall = run(name, "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks, "--model", model,
-               "--runs", str(runs), "--out", str(out), "--max-turns", str(ev["max_turns"]),
-               "--max-new-tokens", str(ev["max_new_tokens"]),
-               "--max-context-tokens", str(ev["max_context_tokens"]),
-               "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
-               "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]), "--seed", str(seed), "--no-progress")
-    return _summary(out, wall)
+
+    def one(j: int) -> dict[str, Any]:
+        sub = out / f"run{j}"
+        wall = run(f"{name}-run{j}", "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks,
+                   "--model", model, "--runs", "1", "--out", str(sub),
+                   "--max-turns", str(ev["max_turns"]), "--max-new-tokens", str(ev["max_new_tokens"]),
+                   "--max-context-tokens", str(ev["max_context_tokens"]),
+                   "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
+                   "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]),
+                   "--seed", str(seed * 1000 + j), "--no-progress")
+        return _summary(sub, wall)
+
+    with ThreadPoolExecutor(runs) as ex:
+        parts = list(ex.map(one, range(runs)))
+    rates = [p["pass@1"] for p in parts]
+    return {"pass@1": sum(rates) / runs,
+            "stderr": statistics.stdev(rates) / math.sqrt(runs) if runs > 1 else 0.0,
+            "per_run": rates, "episodes": sum(p["episodes"] for p in parts),
+            "wall_s": max(p["wall_s"] for p in parts),
+            "resolved": sum(p["resolved"] for p in parts),
+            "trajectories": ",".join(p["trajectories"] for p in parts)}
 
 
 def _summary(out: Path, wall: float) -> dict[str, Any]:
@@ -263,18 +281,24 @@ def main(argv: list[str] | None = None) -> int:
     stages: list[dict[str, Any]] = []
 
     # (i) base: held-out pass@1, and the own runs on the training tasks
-    pool = ThreadPoolExecutor(1 if args.sequential else 2)
-    # A held-out evaluation runs beside the next training stage (it only reads a checkpoint).
-    base_job = pool.submit(evaluate, cfg, run, "eval-base", engine_spec(cfg, base_folder),
-                           tasks["held_out"], ev_runs, work / "eval-base")
+    # Held-out evaluations only read a checkpoint: they run beside the training stages that
+    # follow (--sequential: each before the next stage) and are collected at the end.
+    pool = ThreadPoolExecutor(3)
+
+    def held_out(name: str, folder: str) -> Any:
+        job = pool.submit(evaluate, cfg, run, name, engine_spec(cfg, folder),
+                          tasks["held_out"], ev_runs, work / name)
+        if args.sequential:
+            job.result()
+        return job
+
+    base_job = held_out("eval-base", base_folder)
     own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
                    cfg["own"]["runs"], work / "own-runs", seed=1)
-    base = base_job.result()
-    stages.append({"stage": "base", "held_out": base, "train_resolve_rate": own["pass@1"],
-                   "episodes": 0, "wall_s": base["wall_s"]})
+    stages.append({"stage": "base", "train_resolve_rate": own["pass@1"], "episodes": 0})
 
     # (ii) RFT on passing runs: the model's own, plus the oracle's when those are too few
-    traj_files = [own["trajectories"]]
+    traj_files = own["trajectories"].split(",")
     data = {"own_resolved": own["resolved"], "own_episodes": own["episodes"], "oracle_resolved": 0}
     oracle = None
     if own["resolved"] < cfg["own"]["min_resolved"]:
@@ -287,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                    write_config(cfg["rft"], work / "rft.yaml"), "--run-dir", str(rft_dir),
                    "--trajectories", ",".join(traj_files), "--progress", "false")
     rft_ckpt = str(rft_dir / "checkpoint")
-    rft_job = pool.submit(evaluate, cfg, run, "eval-rft", engine_spec(cfg, rft_ckpt),
-                          tasks["held_out"], ev_runs, work / "eval-rft")
+    rft_job = held_out("eval-rft", rft_ckpt)
     rft_stage = {"stage": "RFT", "train_resolve_rate": None,
                  "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
                  "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
@@ -303,10 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     dapo_wall = run("dapo", "-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(dapo_dir),
                     "--progress", "false")
     rows = metrics(dapo_dir)
+    dapo_eval = held_out("eval-dapo", str(dapo_dir / "checkpoint")).result()
+    stages[0]["held_out"] = base_job.result()
+    stages[0]["wall_s"] = stages[0]["held_out"]["wall_s"]
     rft_stage["held_out"] = rft_job.result()
     pool.shutdown()
-    dapo_eval = evaluate(cfg, run, "eval-dapo", engine_spec(cfg, str(dapo_dir / "checkpoint")),
-                         tasks["held_out"], ev_runs, work / "eval-dapo")
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
     rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
     stages[1]["train_resolve_rate"] = rates[0] if rates else None
