@@ -34,9 +34,13 @@ class Policy:
         """Whether the engine holds its own copy of the weights (pushed after each update)."""
         return self.on_policy and not self.shares_weights
 
-    def push_weights(self, state: dict[str, torch.Tensor] | None = None) -> float:
+    def push_weights(self, state: dict[str, torch.Tensor] | None = None,
+                     version: int | None = None) -> float:
         """Send the current weights (or ``state``: the gathered full weights of a sharded model)
-        to the rollout engine; returns seconds spent."""
+        to the rollout engine as policy ``version`` (the learner's optimiser step; the engine
+        stamps it on every generation); returns seconds spent."""
+        if version is not None and self.shares_weights and hasattr(self.sampler, "policy_version"):
+            self.sampler.policy_version = version  # the module itself changed: only relabel
         if not self.needs_push or self.sampler is None:
             return 0.0
         t0 = time.perf_counter()
@@ -44,7 +48,10 @@ class Policy:
         state = self.model.state_dict() if state is None else state
         state = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point()
                      else v.detach()) for k, v in state.items()}
-        self.sampler.update_weights(state)
+        if version is None:
+            self.sampler.update_weights(state)
+        else:
+            self.sampler.update_weights(state, version=version)
         return time.perf_counter() - t0
 
     def close(self) -> None:
@@ -229,11 +236,12 @@ class RayRollouts:
                             (lambda _j, traj: progress(traj)))
         return list(res.trajectories)
 
-    def update_weights(self, state: dict[str, torch.Tensor]) -> None:
-        """The new weights to every engine (through the object store, one copy per node)."""
+    def update_weights(self, state: dict[str, torch.Tensor], version: int | None = None) -> None:
+        """The new weights to every engine (through the object store, one copy per node), as
+        ``version`` (default: the last one + 1); engines take them between requests."""
         import ray
 
-        self.weight_version += 1
+        self.weight_version = self.weight_version + 1 if version is None else version
         ref = ray.put(state)
         ray.get([e.update_weights.remote(ref, self.weight_version) for e in self.engines])
 
@@ -251,7 +259,9 @@ def build_rank_policy(cfg: Any, run_dir: Path, dist: DistContext) -> Policy:
     """:func:`build_policy` in one process; under torchrun rank 0 alone builds the rollout engine
     (its own copy of the weights) and the other ranks load only the model."""
     if not dist.distributed:
-        return build_policy(cfg, run_dir)
+        # asynchronous RL samples while the learner steps: the engine needs its own weights
+        return build_policy(cfg, run_dir,
+                            share_module=getattr(cfg, "max_staleness", 0) == 0)
     policy = build_policy(cfg, run_dir, share_module=False) if dist.is_main else None
     dist.barrier()  # rank 0 may have written the initial weights (tiny-random)
     if policy is None:

@@ -27,6 +27,13 @@ One iteration (:meth:`Trainer.iteration_step`), methods.md 3-5:
    sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint
    (learner + task sampler + iteration) is written (``algos.run_io``).
 
+Asynchronous (``max_staleness`` K >= 1, ``algos.async_collect``): steps 1-2 run ahead on a
+producer thread (at most K rounds) from the latest pushed weights while the learner trains; the
+weights are pushed after every optimiser step as version = the learner's step, taken by the
+engine between requests; a group whose oldest turn is more than K versions behind the learner
+(at the iteration's start) is dropped whole, counted in ``dropped_stale``; the row gains the
+staleness mean/max/histogram. Rounds made ahead are not checkpointed: resume regenerates them.
+
 Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
 with status 130; ``--resume RUN_DIR`` continues the same run. An iteration cut short is redone
 from its start: the task sampler and solve counts are rewound to the iteration boundary, its
@@ -56,6 +63,7 @@ from typing import Any
 
 import torch
 
+from algos.async_collect import AsyncCollector, Staleness, check_async
 from algos.config import ConfigError, save_config, to_dict
 from algos.data import Sample
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
@@ -152,6 +160,8 @@ class Trainer:
         self.sampler = TaskSampler(pool, cfg.seed)
         self.policy = policy if policy is not None else build_rank_policy(
             cfg, self.run_dir, self.dist)
+        self.max_staleness = int(getattr(cfg, "max_staleness", 0))
+        check_async(self.max_staleness, self.dist, self.policy)
         if self.dist.is_main:  # may start a sandbox; only rank 0 rolls out
             self.prompt_tokens = check_prompt_fits(self.rollout_spec, self.policy.tokenizer,
                                                    pool[0], cfg.seed)
@@ -174,21 +184,30 @@ class Trainer:
         self.totals = Counters()
         self.skipped_iterations = 0
         self.rows: list[dict[str, Any]] = []
+        self.async_round = 0  # max_staleness >= 1: the next round to take (checkpointed)
+        self.push_s = 0.0
         if cfg.resume:
             self._resume()
+        self.collector: AsyncCollector | None = None
+        self.staleness = Staleness()
+        if self.max_staleness and self.dist.is_main:
+            self.collector = AsyncCollector(self.plan, self.rollout_spec, self.sampler,
+                                            self.policy.sampler, self.max_staleness,
+                                            start_round=self.async_round)
         if self.dist.is_main:
             save_config(cfg, self.run_dir)
 
     def push_weights(self) -> float:
         """New weights to the rollout engine; a sharded model is gathered first (collective)."""
+        version = int(getattr(self.learner, "step", 0))
         if not self.dist.distributed:
-            return self.policy.push_weights()
+            return self.policy.push_weights(version=version)
         if not self.policy.needs_push:
             return 0.0
         t0 = time.perf_counter()
         state = full_state_dict(self.learner.model)  # every rank; rank 0 receives the weights
         if self.dist.is_main:
-            self.policy.push_weights(state)
+            self.policy.push_weights(state, version=version)
         return time.perf_counter() - t0
 
     # ------------------------------------------------------------------ checkpoints
@@ -197,9 +216,12 @@ class Trainer:
         return self.run_dir / CHECKPOINT_DIR
 
     def save(self) -> None:
-        extra = {"iteration": self.iteration, "sampler": self.sampler.state_dict(),
+        sampler_state = self.sampler.state_dict()
+        if self.collector is not None:  # rounds made ahead are not saved: resume redoes them
+            self.async_round, sampler_state = self.collector.position
+        extra = {"iteration": self.iteration, "sampler": sampler_state,
                  "solve_counts": self.solve_counts, "skipped_iterations": self.skipped_iterations,
-                 "algo": self.algo}
+                 "algo": self.algo, "async_round": self.async_round}
         if hasattr(self.learner, "ctx"):  # DistributedLearner: sharded DCP, every rank writes
             save_sharded(self.learner, self.checkpoint_dir, self.dist, extra)
         else:
@@ -216,6 +238,7 @@ class Trainer:
         self.sampler.load_state_dict(extra["sampler"])
         self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
         self.skipped_iterations = int(extra.get("skipped_iterations", 0))
+        self.async_round = int(extra.get("async_round", 0))
         self.push_weights()
         if self.dist.is_main:
             print(f"resumed {self.run_dir} at iteration {self.iteration} "
@@ -223,6 +246,9 @@ class Trainer:
 
     def _boundary(self) -> Boundary:
         """What an iteration changes besides the weights, as it was before the iteration."""
+        if self.collector is not None:  # the producer owns the sampler: its taken position
+            return (self.iteration, self.collector.position, copy.deepcopy(self.solve_counts),
+                    self.skipped_iterations)
         return (self.iteration, self.sampler.state_dict(), copy.deepcopy(self.solve_counts),
                 self.skipped_iterations)
 
@@ -232,13 +258,22 @@ class Trainer:
         it already took stay in the weights."""
         iteration, sampler, solve_counts, skipped = boundary
         if iteration == self.iteration:
-            self.sampler.load_state_dict(sampler)
+            if self.collector is not None:
+                self.collector.rewind(sampler)
+            else:
+                self.sampler.load_state_dict(sampler)
             self.solve_counts, self.skipped_iterations = solve_counts, skipped
 
     # ------------------------------------------------------------------ one iteration
     def collect_groups(self, counters: Counters, tick: Callable[[Any], None] | None = None
                        ) -> Collected:
         """Steps 1-5 for the current iteration: roll out, score, filter, refill (rank 0)."""
+        if self.collector is not None:  # rounds rolled out ahead; stale groups dropped
+            got, self.staleness = self.collector.collect(
+                self.scoring, self.reward_fn, counters, iteration=self.iteration,
+                learner_version=int(getattr(self.learner, "step", 0)),
+                solve_counts=self.solve_counts, tick=tick)
+            return got
         self.policy.model.eval()
         return collect(self.plan, self.scoring, self.rollout_spec, self.sampler,
                        self.policy.sampler, self.reward_fn, counters, iteration=self.iteration,
@@ -288,6 +323,8 @@ class Trainer:
                     if hasattr(self.learner, "ctx") and self.learner.ctx.distributed:
                         metrics = reduce_step_metrics(metrics, batch, self.learner.ctx)
                 step_metrics.append(metrics)
+                if self.max_staleness:  # in flight: episodes running now take the new weights
+                    self.push_s += self.push_weights()
         if self.old_logprobs_mode == "sampler":
             # the sampler/learner mismatch compares equal weights only at the first step (the
             # later steps' weights have moved on from the ones that sampled)
@@ -321,19 +358,23 @@ class Trainer:
                 raise error
         t_rollout = time.perf_counter() - t0
         t1 = time.perf_counter()
+        self.push_s = 0.0  # max_staleness >= 1: pushed after every step, in train_on
         step_metrics = self.train_on(samples, guard)
-        t_push = self.push_weights() if samples else 0.0
+        t_push = self.push_weights() if samples and not self.max_staleness else self.push_s
         t_train = time.perf_counter() - t1
         if not self.dist.is_main:
             return {}
         self.totals.add(counters)
-        return iteration_row(
+        row = iteration_row(
             self.iteration + 1, counters, rounds=got.rounds, rewards=got.rewards,
             advantages=[s.advantage for s in got.kept], n_samples=len(samples),
             step_metrics=step_metrics, learner=self.learner,
             skipped_iterations=self.skipped_iterations, times={
                 "time_rollout_s": t_rollout, "time_train_s": t_train, "time_push_s": t_push,
                 "time_s": time.perf_counter() - t0})
+        if self.max_staleness:
+            row.update(self.staleness.row())
+        return row
 
     # ------------------------------------------------------------------ the run
     def run(self) -> list[dict[str, Any]]:
@@ -369,6 +410,8 @@ class Trainer:
                                 self.save()
                 except KeyboardInterrupt:
                     bar.close()
+                    if self.collector is not None:
+                        self.collector.close()
                     self._rewind(boundary)
                     print(f"\n[rank {self.dist.rank}] interrupted: saving a checkpoint at "
                           f"iteration {self.iteration} "
@@ -380,6 +423,8 @@ class Trainer:
                           file=sys.stderr)
                     raise
         finally:
+            if self.collector is not None:  # no producer thread outlives run()
+                self.collector.close()
             bar.close()
             if logger is not None:
                 logger.close()
