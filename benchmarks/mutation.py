@@ -21,6 +21,7 @@ Needs ``pip install mutmut`` (the ``dev`` extra).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -47,6 +48,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "trainer": ("algos/trainer.py", ["tests/algos/test_trainer_guards.py",
                                      "tests/algos/test_trainer_faults.py",
                                      "-k", "not ctrl_c"]),
+    # scoring (split out of the trainer): rewards, failure masking, advantages, filters
+    "scoring": ("algos/scoring.py", ["tests/algos/test_objectives.py",
+                                     "tests/algos/test_loud_failure.py",
+                                     "tests/algos/test_trainer_guards.py", "-k", "not ctrl_c"]),
     # grading: the local-backend outcome and tamper tests (bubblewrap, seconds each; the
     # Docker ones left out) and the pure ones
     "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading_mutants.py",
@@ -80,33 +85,8 @@ def prepare(module: str, work: Path) -> tuple[Path, list[str]]:
     return dest, tests
 
 
-def run(module: str, work: Path, minutes: float, only: list[str], children: int,
-        resume: bool = False, earlier: dict | None = None) -> dict:
-    """One mutmut run over ``module``. ``resume``: continue in the existing copy (its verdicts
-    stand, mutmut checks the rest). ``earlier``: a previous result of this module; only its
-    survivors and unchecked mutants run (with today's tests), its killed ones count as killed:
-    adding tests cannot revive a killed mutant, so the score compares with the earlier one."""
-    if resume and (work / module / "mutants").is_dir():
-        dest = work / module
-        tests = json.loads((dest / "mutation-tests.json").read_text())
-    else:
-        dest, tests = prepare(module, work)
-        (dest / "mutation-tests.json").write_text(json.dumps(tests))
-    if earlier is not None:
-        only = earlier["survivors"] + earlier.get("not_checked", [])
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *only]
-    env = {**os.environ, "PYTHONPATH": str(dest), "OMP_NUM_THREADS": "1"}
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=minutes * 60)
-        timed_out = False
-    except subprocess.TimeoutExpired:  # the time box: stop the run, keep what it checked
-        os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate()
-        timed_out = True
-    wall = time.monotonic() - t0
+def statuses(dest: Path, env: dict[str, str]) -> dict[str, str]:
+    """mutant name -> killed / survived / timeout / not checked / no tests, in a copy."""
     res = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
                          cwd=dest, env=env, capture_output=True, text=True)
     status: dict[str, str] = {}
@@ -114,6 +94,46 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int,
         name, sep, state = line.strip().rpartition(": ")
         if sep:
             status[name] = state
+    return status
+
+
+def run(module: str, work: Path, minutes: float, only: list[str], children: int,
+        resume: bool = False, earlier: dict | None = None) -> dict:
+    """One mutmut run over ``module``. ``resume``: continue in the existing copy (its verdicts
+    stand, mutmut checks the rest). ``earlier``: a previous result of this module; only its
+    survivors and unchecked mutants run (with today's tests), its killed ones count as killed:
+    adding tests cannot revive a killed mutant, so the score compares with the earlier one."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sample = list(only)
+    if resume and (work / module / "mutants").is_dir():
+        dest = work / module
+        tests = json.loads((dest / "mutation-tests.json").read_text())
+        if only:  # mutmut reruns every mutant it is named: name only the unchecked ones
+            only = [n for n, st in statuses(dest, {**env, "PYTHONPATH": str(dest)}).items()
+                    if st == "not checked" and any(fnmatch.fnmatchcase(n, g) for g in only)]
+    else:
+        dest, tests = prepare(module, work)
+        (dest / "mutation-tests.json").write_text(json.dumps(tests))
+    if earlier is not None:  # (within the --only sample, when one is given)
+        only = [n for n in earlier["survivors"] + earlier.get("not_checked", [])
+                if not only or any(fnmatch.fnmatchcase(n, g) for g in only)]
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *only]
+    env["PYTHONPATH"] = str(dest)
+    t0 = time.monotonic()
+    err, timed_out = "", False
+    if sample and not only:
+        pass  # the sample holds nothing left to check (no names: mutmut would run them all)
+    else:
+        proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=minutes * 60)
+        except subprocess.TimeoutExpired:  # the time box: stop the run, keep what it checked
+            os.killpg(proc.pid, signal.SIGTERM)
+            _, err = proc.communicate()
+            timed_out = True
+    wall = time.monotonic() - t0
+    status = statuses(dest, env)
     if earlier is not None:  # the rest keep the earlier verdict
         status = {n: status.get(n, "not checked") for n in only}
     counts: dict[str, int] = {}
@@ -126,7 +146,7 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int,
     timeouts = counts.get("timeout", 0)
     checked = killed + survived + timeouts
     return {
-        "module": MODULES[module][0], "tests": tests, "only": only,
+        "module": MODULES[module][0], "tests": tests, "only": sample,
         "wall_s": round(wall, 1), "time_boxed": timed_out, "counts": counts,
         "checked": checked, "total": earlier["total"] if earlier else len(status),
         "score": (killed + timeouts) / checked if checked else None,

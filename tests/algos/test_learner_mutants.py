@@ -17,7 +17,7 @@ from test_learner import grads_close, make_samples, params_close, tiny_llama
 
 from algos import core
 from algos.data import Sample
-from algos.learner import Learner, LearnerConfig
+from algos.learner import Learner, LearnerConfig, LRSchedule
 from algos.logprobs import model_token_logprobs
 
 
@@ -253,6 +253,9 @@ def test_bf16_compute_copy_trains_the_float32_master_weights_on_cpu():
     bf = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-3, bf16=True, bf16_compute_copy=True))
     m = bf.train_step(samples)
     assert bf.compute is not None and m["skipped"] == 0
+    # on CPU bf16 alone is autocast (no copy), and a copy is made only with bf16
+    assert Learner(copy.deepcopy(base), LearnerConfig(bf16=True)).compute is None
+    assert Learner(copy.deepcopy(base), LearnerConfig(bf16_compute_copy=True)).compute is None
     assert all(p.dtype == torch.float32 for p in bf.model.parameters())
     assert params_close(bf.model, base, atol=1.0) > 1e-4  # the master weights moved
     g_ref = torch.cat([p.grad.flatten() for p in ref.model.parameters()])
@@ -296,3 +299,52 @@ def test_constant_schedule_holds_the_peak_lr_after_warm_up():
     learner = Learner(tiny_llama(), LearnerConfig(lr=1e-2, warmup_steps=2))
     lrs = [learner.train_step(make_samples(2, seed=34))["lr"] for _ in range(4)]
     assert lrs == pytest.approx([5e-3, 1e-2, 1e-2, 1e-2])
+
+
+def test_cosine_schedule_reaches_min_lr_at_total_steps_and_stays_there():
+    sched = LRSchedule(warmup_steps=0, schedule="cosine", total_steps=1, min_lr_ratio=0.1)
+    assert [sched(k) for k in range(4)] == pytest.approx([1.0, 0.1, 0.1, 0.1])
+    half = LRSchedule(warmup_steps=1, schedule="cosine", total_steps=3, min_lr_ratio=0.2)
+    assert half(2) == pytest.approx(0.2 + 0.8 * 0.5)  # half-way down the cosine
+
+
+# ---------------------------------------------------------------- the optimiser and layouts
+
+
+def test_a_step_without_gradient_decays_only_the_matrices_by_lr_times_weight_decay():
+    # pg with zero advantages has an all-zero gradient: AdamW's update is 0 and only the
+    # decoupled decay p -= lr * wd * p acts, on matrices; biases and norm weights keep theirs
+    model = tiny_llama()
+    before = copy.deepcopy(model)
+    cfg = LearnerConfig(lr=1e-2, weight_decay=0.1, loss="pg")
+    Learner(model, cfg).train_step([dataclasses.replace(s, advantage=0.0)
+                                    for s in make_samples(2, seed=35)])
+    for (name, p), q in zip(model.named_parameters(), before.parameters(), strict=True):
+        want = q * (1 - 1e-2 * 0.1) if p.ndim >= 2 else q
+        torch.testing.assert_close(p, want, rtol=1e-6, atol=0.0, msg=name)
+
+
+def test_the_configured_adam_hyper_parameters_reach_the_optimiser():
+    learner = Learner(tiny_llama(), LearnerConfig(lr=3e-4, betas=[0.5, 0.9], eps=1e-6))
+    for group in learner.optimizer.param_groups:
+        assert group["betas"] == (0.5, 0.9) and group["eps"] == 1e-6 and group["lr"] == 3e-4
+
+
+def test_the_padded_baseline_reports_its_padding():
+    samples = make_samples(6, seed=36)
+    m = Learner(tiny_llama(), LearnerConfig(packing=False, micro_batch_tokens=200)).train_step(
+        samples)
+    assert m["padded_tokens"] > m["tokens"] == sum(len(s) for s in samples)
+
+
+def test_log_probs_are_taken_at_the_sampling_temperature():
+    model = tiny_llama()
+    sample = make_samples(1, seed=37)[0]
+    got = Learner(model, LearnerConfig(temperature=0.7)).compute_logprobs([sample])[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([sample.input_ids])).logits[0].double()
+    ids = torch.tensor(sample.input_ids)
+    want = torch.log_softmax(logits[:-1] / 0.7, dim=-1).gather(1, ids[1:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(got[1:], dtype=torch.float64), want,
+                               atol=2e-5, rtol=1e-5)
+    assert got[0] == 0.0
