@@ -152,11 +152,13 @@ class RolloutSpec:
     agent_kwargs: dict[str, Any] = field(default_factory=dict)
     concurrency: int = 1
     episode_timeout_s: float | None = None
+    agent: str | None = None  # module:factory of a user's agent program (algos.agent_rollouts)
 
     @classmethod
     def from_config(cls, cfg: Any) -> RolloutSpec:
         return cls(env=cfg.env, env_kwargs=env_kwargs_for(cfg), agent_kwargs=agent_kwargs(cfg),
-                   concurrency=cfg.concurrency, episode_timeout_s=cfg.episode_timeout_s)
+                   concurrency=cfg.concurrency, episode_timeout_s=cfg.episode_timeout_s,
+                   agent=getattr(cfg, "agent", None))
 
 
 @runtime_checkable
@@ -175,6 +177,10 @@ def run_rollouts(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], n_per
 
     if isinstance(sampler, EpisodeRunner):
         return sampler.run_episodes(task_ids, n_per_task, seed, progress)
+    if spec.agent:
+        from algos.agent_rollouts import run_agent_rollouts
+
+        return run_agent_rollouts(spec, sampler, task_ids, n_per_task, seed, progress)
     return rollout(spec.env, sampler, list(task_ids), n_per_task=n_per_task,
                    concurrency=spec.concurrency, agent_kwargs=spec.agent_kwargs,
                    episode_timeout_s=spec.episode_timeout_s, env_kwargs=spec.env_kwargs,
