@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algos.config import ConfigError, RLConfig, parse_config, warn
+from algos.cpu_bf16 import slow_bf16_warning
 from algos.learner import LearnerConfig
 from algos.rl_common import learner_config_from, validate_rl_config
 from algos.trainer import run_cli
@@ -111,6 +112,8 @@ class DAPOConfig(RLConfig):
             raise ConfigError(
                 f"eps_low={self.eps_low} > eps_high={self.eps_high}: clip-higher needs "
                 "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2)")
+        if (slow_bf16 := slow_bf16_warning(self)) is not None:
+            warn(slow_bf16)
         if self.kl_coef > 0:
             warn(f"kl_coef={self.kl_coef}: modified DAPO uses no KL term (methods.md 4); the KL "
                  "penalty will be applied anyway")
