@@ -41,7 +41,9 @@ def _aggregate(values, samples, agg_mode):
     sums = [(v * m).sum() for v, m in zip(values, masks, strict=True)]
     if agg_mode == "token-mean":
         return float(sum(sums) / sum(m.sum() for m in masks))
-    return float(sum(s / m.sum() for s, m in zip(sums, masks, strict=True)) / len(samples))
+    # sequences without a loss token neither contribute nor count
+    per_seq = [s / m.sum() for s, m in zip(sums, masks, strict=True) if m.sum() > 0]
+    return float(sum(per_seq) / len(per_seq))
 
 
 # ---------------------------------------------------------------- what a step reports
@@ -170,15 +172,21 @@ def test_a_registered_loss_receives_the_configured_loss_kwargs():
         return core.pg_loss(logprobs, old_logprobs, advantages * scale, mask, **kw)
 
     core.register_policy_loss("test_scaled_pg", needs_old_logprobs=False)(scaled_pg)
+    core.register_policy_loss("test_scaled_ratio_pg")(scaled_pg)  # one that takes a correction
     try:
         cfg = LearnerConfig(loss="test_scaled_pg", loss_kwargs={"scale": 3.0})
         samples = make_samples(2, seed=29)
         Learner(tiny_llama(), cfg).train_step(samples)  # with sampler log-probs
         Learner(tiny_llama(), cfg).train_step(
             [dataclasses.replace(s, old_logprobs=None) for s in samples])  # without
+        corrected = LearnerConfig(loss="test_scaled_ratio_pg", loss_kwargs={"scale": 2.0},
+                                  off_policy_correction="tis")
+        Learner(tiny_llama(), corrected).train_step(samples)
     finally:
         core.POLICY_LOSSES.pop("test_scaled_pg")
-    assert seen == [3.0, 3.0]
+        core.POLICY_LOSSES.pop("test_scaled_ratio_pg")
+        core.NEEDS_OLD_LOGPROBS.discard("test_scaled_ratio_pg")
+    assert seen == [3.0, 3.0, 2.0]
 
 
 # ---------------------------------------------------------------- clipping and skipped steps
@@ -348,3 +356,65 @@ def test_log_probs_are_taken_at_the_sampling_temperature():
     torch.testing.assert_close(torch.tensor(got[1:], dtype=torch.float64), want,
                                atol=2e-5, rtol=1e-5)
     assert got[0] == 0.0
+
+
+def test_an_empty_step_is_refused():
+    with pytest.raises(ValueError, match="train_step needs at least one sample"):
+        Learner(tiny_llama(), LearnerConfig()).train_step([])
+
+
+def test_seq_mean_counts_only_the_sequences_that_hold_a_loss_token():
+    """seq-mean-token-mean over a step with a sequence of observations only (no loss token)
+    and one with a single loss token, each in a micro-batch of its own: the mean is over the
+    sequences that have loss tokens (pg: the per-token loss is -A * logp)."""
+    samples = [dataclasses.replace(s, old_logprobs=None) for s in make_samples(3, seed=38)]
+    samples += [Sample([5, 6, 7], [0, 0, 0], advantage=1.5, sample_id="no-loss"),
+                Sample([8, 9, 10], [0, 1, 0], advantage=-0.5, sample_id="one-token")]
+    base = tiny_llama()
+    cfg = LearnerConfig(loss="pg", agg_mode="seq-mean-token-mean", micro_batch_tokens=1)
+    m = Learner(copy.deepcopy(base), cfg).train_step(samples)
+    per_token = [-s.advantage * lp for (lp, _), s in zip(_alone(base, samples), samples,
+                                                           strict=True)]
+    want = _aggregate(per_token, samples, "seq-mean-token-mean")
+    assert m["loss"] == pytest.approx(want, rel=1e-5)
+
+
+# ---------------------------------------------------------------- the sampler/learner gap
+
+
+def _recomputed(seed: int) -> list[Sample]:
+    """Samples whose old log-probs were recomputed by the learner (-1 on policy tokens) and
+    whose sampler's were -1.5: weight exp(0.5) = 1.648721 on every policy token."""
+    mask = [0, 0, 1, 1, 0, 1, 1, 1]
+    return [Sample(list(range(3 + i, 11 + i)), mask, old_logprobs=[-1.0 * x for x in mask],
+                   sampler_logprobs=[-1.5 * x for x in mask], advantage=1.0 - i, sample_id=i)
+            for i in range(3)]
+
+
+def test_without_recomputed_logprobs_the_mismatch_is_this_steps_policy_against_the_sampler():
+    # the proximal policy is then the step's own forward: exp(logp - sampler) per token, the
+    # same ratio the clipped loss sees before the update
+    m = Learner(tiny_llama(), LearnerConfig(lr=1e-3)).train_step(make_samples(4, seed=39))
+    assert m["ratio_max"] > 1.05  # the sampler's log-probs differ from the policy's
+    for key in ("mean", "max", "min"):
+        assert m[f"mismatch_ratio_{key}"] == pytest.approx(m[f"ratio_{key}"], rel=1e-5)
+
+
+def test_decoupled_correction_drops_the_tokens_over_the_cap():
+    m = Learner(tiny_llama(), LearnerConfig(lr=1e-3, off_policy_correction="decoupled",
+                                            is_cap=1.2)).train_step(_recomputed(40))
+    assert m["is_capped_frac"] == 1.0 and m["is_weight_mean"] == 0.0  # tis would keep 1.2
+    assert m["loss"] == 0.0
+
+
+def test_truncated_correction_normalises_over_the_whole_step():
+    base = tiny_llama()
+    reports = []
+    for budget in (100_000, 1):
+        cfg = LearnerConfig(lr=1e-3, off_policy_correction="tis", is_cap=1.2,
+                            micro_batch_tokens=budget)
+        reports.append(Learner(copy.deepcopy(base), cfg).train_step(_recomputed(41)))
+    one, each = reports
+    assert one["micro_batches"] == 1 and each["micro_batches"] == 3
+    assert math.isclose(one["loss"], each["loss"], rel_tol=1e-5)
+    assert one["is_weight_mean"] == pytest.approx(1.2)
