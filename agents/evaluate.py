@@ -325,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command-timeout", type=float, default=None)
     p.add_argument("--episode-timeout", type=float, default=None, help="seconds per episode")
     p.add_argument("--max-consecutive-invalid", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="episode seed of run 0 (run j gets SEED + j); each turn then samples "
+                   "with a seed from (task, episode seed, turn), so runs differ")
     p.add_argument(
         "--model-arg",
         action="append",
@@ -375,9 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_model(args.model, **model_kw)
 
     agent_kwargs = {
-        "params": SamplingParams(
-            temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed
-        ),
+        # no fixed sampling seed: one would make every run (and every turn) draw the same
+        # sample; the agent derives each turn's seed from the episode's seed instead
+        "params": SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens),
         "max_context_tokens": args.max_context_tokens,
         "max_consecutive_invalid": args.max_consecutive_invalid,
     }

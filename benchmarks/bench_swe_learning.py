@@ -175,8 +175,7 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
 def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int,
              out: Path, seed: int = 0) -> dict[str, Any]:
     """pass@1 over ``runs`` runs: one ``agents.evaluate`` call per run, with distinct seeds, at
-    once. (Its own ``--runs R`` gives every turn of every episode the one ``--seed`` as its
-    sampling seed, so on a seeded engine such as vLLM the R runs would be one sample R times.)"""
+    once (separate calls so that a stage's runs overlap and each keeps its own output folder)."""
     ev = cfg["eval"]
 
     def one(j: int) -> dict[str, Any]:

@@ -165,3 +165,34 @@ def test_progress_counts_turns(starter_task_ids, capsys):
     assert 1 < turns < 30
     err = capsys.readouterr().err
     assert f"{turns}/{turns} [" in err and "episodes 1/1, resolved 1" in err
+
+
+def test_runs_sample_with_different_seeds(tmp_path, starter_task_ids, monkeypatch):
+    """``--runs R`` must give R independent samples: a seed fixed for every turn made each run of
+    a seeded engine (vLLM) repeat one completion. Every turn of every episode gets its own seed."""
+    import agents.evaluate as ev
+
+    seen: list[tuple[int | None, int]] = []  # (sampling seed, turn index)
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.name = inner, "spy"
+
+        def __getattr__(self, attr):
+            return getattr(self.inner, attr)
+
+        def generate(self, conversation, params):
+            turn = sum(m["role"] == "assistant" for m in conversation.messages)
+            seen.append((params.seed, turn))
+            return self.inner.generate(conversation, params)
+
+    real = ev.load_model
+    monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Spy(real(spec, **kw)))
+    rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--runs", "3", "--tasks",
+               starter_task_ids[0], "--out", str(tmp_path), "--concurrency", "1",
+               "--no-progress", "--seed", "7"])
+    assert rc == 0 and seen
+    assert all(seed is not None for seed, _ in seen)
+    first_turn = [seed for seed, turn in seen if turn == 0]
+    assert len(first_turn) == 3 and len(set(first_turn)) == 3  # the runs differ
+    assert len({seed for seed, _ in seen}) == len(seen)  # and so do the turns of one episode
