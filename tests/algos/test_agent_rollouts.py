@@ -152,3 +152,43 @@ def test_dapo_learns_through_the_gateway(tmp_path: Path):
     print("reward curve:", " ".join(f"{r:.2f}" for r in rewards))
     assert start < 0.35, rewards
     assert end > start + 0.4 and end > 0.65, rewards
+
+
+def test_a_program_cannot_choose_its_task_seed_sampling_or_reward(tokenizer, monkeypatch):
+    """Red team: a program (or a policy steering it) that asks for another task and seed, greedy
+    and long sampling, resets twice, steps past the end and returns a reward of its own gets
+    none of it: the rollout's task and seed, the run's sampling, the env's reward."""
+    import openai
+
+    tried: dict[str, str] = {}
+
+    def greedy(base_url, api_key, model):
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+
+        def play(env):
+            obs, info = env.reset(seed=999, options={"task_id": "toy-1"})
+            tried["task"] = info["task_id"]
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": obs}], temperature=0.0,
+                max_tokens=4096, top_p=0.5, seed=1)
+            env.step(reply.choices[0].message.content)
+            for name, call in [("reset", env.reset), ("step", lambda: env.step("w"))]:
+                try:
+                    call()
+                except RuntimeError as e:
+                    tried[name] = str(e)
+            return 99.0  # a reward of its own: ignored
+
+        return play
+
+    module = types.ModuleType("red_agents")
+    module.greedy = greedy
+    monkeypatch.setitem(sys.modules, "red_agents", module)
+    engine = _Engine(["nope"], tokenizer)  # no "w": the env pays 0
+    (traj,) = run_agent_rollouts(_spec("red_agents:greedy"), engine, ["toy-0"], 1, 3)
+    assert (traj.task_id, traj.seed, tried["task"]) == ("toy-0", 3, "toy-0")
+    assert traj.reward == 0.0 and not traj.resolved
+    assert "reset() was called twice" in tried["reset"] and "after its end" in tried["step"]
+    ((_, meta, params),) = engine.calls
+    assert meta["task_id"] == "toy-0"
+    assert (params.temperature, params.max_new_tokens, params.top_p) == (0.7, 8, 1.0)
