@@ -14,15 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def cpu_bf16_fast() -> bool:
-    """True when torch runs bfloat16 GEMMs on this CPU through oneDNN (not the scalar loop)."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a torch build without oneDNN: the loop everywhere
-        return False
+from agents.models.cpu import cpu_bf16_fast  # noqa: F401 (re-exported; patched in tests)
 
 
 def slow_bf16_settings(cfg: Any, *, on_gpu: bool | None = None,

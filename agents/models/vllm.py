@@ -112,6 +112,13 @@ class VLLMModel:
 
         on_cpu = current_platform.is_cpu()
         if on_cpu:
+            from agents.models.cpu import cpu_engine_dtype
+
+            chosen = cpu_engine_dtype(dtype, path)
+            if chosen != dtype:  # a bf16 checkpoint in its own dtype: the ~50x scalar loop here
+                log.info("%s: dtype %s -> %s (this CPU has no fast bfloat16 GEMMs)",
+                         path, dtype, chosen)
+            dtype = chosen
             # Defaults only; an explicit environment wins (and vLLM reads these at engine start).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
