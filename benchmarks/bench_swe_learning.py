@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -61,9 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
     p.add_argument("--policy", default=None,
                    help="smollm2 (default) or tiny-random (a smoke run: transformers engine)")
-    p.add_argument("--sequential", action="store_true",
-                   help="run every stage alone (default: held-out evaluations run beside the "
-                   "training stages that follow)")
+    p.add_argument("--overlap", action="store_true",
+                   help="run held-out evaluations beside the training stages that follow "
+                   "(default: every stage alone; overlapping only pays with cores and memory "
+                   "for two engines, each CPU vLLM engine takes about 2.7 GB)")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -174,30 +174,17 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
 
 def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int,
              out: Path, seed: int = 0) -> dict[str, Any]:
-    """pass@1 over ``runs`` runs: one ``agents.evaluate`` call per run, with distinct seeds, at
-    once (separate calls so that a stage's runs overlap and each keeps its own output folder)."""
+    """pass@1 over ``runs`` runs: one ``agents.evaluate --runs R`` call (one engine; run ``j``
+    is episode seed ``1000 * seed + j``, and every turn samples with its own derived seed)."""
     ev = cfg["eval"]
-
-    def one(j: int) -> dict[str, Any]:
-        sub = out / f"run{j}"
-        wall = run(f"{name}-run{j}", "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks,
-                   "--model", model, "--runs", "1", "--out", str(sub),
-                   "--max-turns", str(ev["max_turns"]), "--max-new-tokens", str(ev["max_new_tokens"]),
-                   "--max-context-tokens", str(ev["max_context_tokens"]),
-                   "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
-                   "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]),
-                   "--seed", str(seed * 1000 + j), "--no-progress")
-        return _summary(sub, wall)
-
-    with ThreadPoolExecutor(runs) as ex:
-        parts = list(ex.map(one, range(runs)))
-    rates = [p["pass@1"] for p in parts]
-    return {"pass@1": sum(rates) / runs,
-            "stderr": statistics.stdev(rates) / math.sqrt(runs) if runs > 1 else 0.0,
-            "per_run": rates, "episodes": sum(p["episodes"] for p in parts),
-            "wall_s": max(p["wall_s"] for p in parts),
-            "resolved": sum(p["resolved"] for p in parts),
-            "trajectories": ",".join(p["trajectories"] for p in parts)}
+    wall = run(name, "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks,
+               "--model", model, "--runs", str(runs), "--out", str(out),
+               "--max-turns", str(ev["max_turns"]), "--max-new-tokens", str(ev["max_new_tokens"]),
+               "--max-context-tokens", str(ev["max_context_tokens"]),
+               "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
+               "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]),
+               "--seed", str(seed * 1000), "--no-progress")
+    return _summary(out, wall)
 
 
 def _summary(out: Path, wall: float) -> dict[str, Any]:
@@ -280,14 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     stages: list[dict[str, Any]] = []
 
     # (i) base: held-out pass@1, and the own runs on the training tasks
-    # Held-out evaluations only read a checkpoint: they run beside the training stages that
-    # follow (--sequential: each before the next stage) and are collected at the end.
+    # Held-out evaluations only read a checkpoint: with --overlap they run beside the training
+    # stages that follow and are collected at the end (default: each before the next stage).
     pool = ThreadPoolExecutor(3)
 
     def held_out(name: str, folder: str) -> Any:
         job = pool.submit(evaluate, cfg, run, name, engine_spec(cfg, folder),
                           tasks["held_out"], ev_runs, work / name)
-        if args.sequential:
+        if not args.overlap:
             job.result()
         return job
 
