@@ -293,6 +293,10 @@ def evaluate(
     return trajs, summarise(trajs, list(task_ids), runs)
 
 
+# episodes that ended by a crash of the agent, the model, the sandbox or the grader
+FAILURES = ("error", "sandbox_failed", "grading_error")
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -325,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command-timeout", type=float, default=None)
     p.add_argument("--episode-timeout", type=float, default=None, help="seconds per episode")
     p.add_argument("--max-consecutive-invalid", type=int, default=5)
+    p.add_argument("--max-error-share", type=float, default=0.5,
+                   help="exit 1 when more than this share of episodes crashed (error, "
+                   "sandbox_failed, grading_error); the outputs are written first")
     p.add_argument("--seed", type=int, default=0,
                    help="episode seed of run 0 (run j gets SEED + j); each turn then samples "
                    "with a seed from (task, episode seed, turn), so runs differ")
@@ -413,6 +420,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(summary))
     print(f"wrote {out}/trajectories.jsonl, predictions.jsonl, summary.json "
           f"({summary['wall_s']:.0f} s)")
+    failed = [t for t in trajs if t.finish_reason in FAILURES]
+    if trajs and len(failed) > args.max_error_share * len(trajs):
+        # a crashed episode is not the model's failure: pass@1 over them would be wrong
+        first = (failed[0].error or failed[0].finish_reason).strip().splitlines()[-1]
+        print(f"error: {len(failed)} of {len(trajs)} episodes failed (more than "
+              f"--max-error-share {args.max_error_share}); the first: {first}", file=sys.stderr)
+        return 1
     return 0
 
 

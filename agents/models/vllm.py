@@ -122,6 +122,13 @@ class VLLMModel:
             # Defaults only; an explicit environment wins (and vLLM reads these at engine start).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            # No chunked prefill on CPU: a seeded request whose prefill is split over steps makes
+            # vLLM's CPU sampler rewind its generator, which CPU generators cannot do, and the
+            # failed step ends every running request. Whole prompts need a token budget of at
+            # least max_model_len per step.
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            if not engine_kwargs["enable_chunked_prefill"]:
+                engine_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
         from transformers import AutoTokenizer
         from vllm import LLM
 

@@ -196,3 +196,25 @@ def test_runs_sample_with_different_seeds(tmp_path, starter_task_ids, monkeypatc
     first_turn = [seed for seed, turn in seen if turn == 0]
     assert len(first_turn) == 3 and len(set(first_turn)) == 3  # the runs differ
     assert len({seed for seed, _ in seen}) == len(seen)  # and so do the turns of one episode
+
+
+def test_a_run_whose_episodes_crash_exits_1_naming_the_error(tmp_path, starter_task_ids,
+                                                              monkeypatch, capsys):
+    """An engine that fails every request: the outputs are written, and the exit is 1 with the
+    first error, not a pass@1 of 0 that reads as the model's result."""
+    import agents.evaluate as ev
+
+    class Broken:
+        name = "broken"
+
+        def generate(self, conversation, params):
+            raise RuntimeError("engine step failed: CPU Generator does not use offset")
+
+    monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Broken())
+    rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--tasks", *starter_task_ids[:2],
+               "--out", str(tmp_path), "--no-progress"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "2 of 2 episodes failed" in err and "CPU Generator does not use offset" in err
+    trajs = load_jsonl(tmp_path / "trajectories.jsonl")
+    assert [t.finish_reason for t in trajs] == ["error", "error"]

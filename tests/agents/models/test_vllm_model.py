@@ -96,6 +96,31 @@ def test_concurrent_calls_share_engine_steps(engine, prompt):
     assert steps < 8 * 24 / 2  # one by one would take 8 x 24 steps
 
 
+def test_seeded_prompts_beyond_one_steps_token_budget_all_complete(engine):
+    """Seeded requests whose prompts together exceed one engine step's token budget (4,096):
+    vLLM's CPU sampler cannot rewind a seeded generator after a chunked (partial) prefill, and
+    the failed step took every running request with it. Agents always seed their turns, and 16
+    episodes with 1k-token prompts hit this in an evaluation."""
+    words = "the quick brown fox jumps over a lazy dog while it rains".split()
+    # distinct from the first token on, so the prefix cache cannot shorten any prefill
+    prompts = [engine.tokenizer.encode(" ".join(words[(i + k) % len(words)] for k in range(400)))
+               [:390] for i in range(12)]
+    results: list = [None] * 12
+    barrier = threading.Barrier(12)
+
+    def work(i):
+        barrier.wait()
+        results[i] = engine.generate(Conversation(token_ids=prompts[i]),
+                                     SamplingParams(max_new_tokens=4, seed=100 + i))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is not None and len(r.token_ids) == 4 for r in results)  # 12 x ~390 > 4,096
+
+
 def test_update_weights_changes_logprobs_to_the_new_model(engine, prompt, tiny_paths):
     params = SamplingParams(temperature=0, max_new_tokens=8)
     before = engine.generate(prompt, params)
