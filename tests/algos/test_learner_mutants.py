@@ -418,3 +418,12 @@ def test_truncated_correction_normalises_over_the_whole_step():
     assert one["micro_batches"] == 1 and each["micro_batches"] == 3
     assert math.isclose(one["loss"], each["loss"], rel_tol=1e-5)
     assert one["is_weight_mean"] == pytest.approx(1.2)
+
+
+# ---------------------------------------------------------------- second mutation pass
+
+
+def test_the_step_metric_counts_the_optimiser_steps_taken():
+    learner = Learner(tiny_llama(), LearnerConfig(lr=1e-3))
+    samples = make_samples(2, seed=5)
+    assert [learner.train_step(samples)["step"] for _ in range(2)] == [1.0, 2.0]

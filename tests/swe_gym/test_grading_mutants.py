@@ -5,12 +5,13 @@ without a sandbox; the rest on the local backend with the ``mini_repo`` fixture 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
 
 from swe_gym import grading
-from swe_gym.grading import apply_patch, grade_patch, log_parser_name, run_tests
+from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name, run_tests
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
 
@@ -68,6 +69,27 @@ def test_test_command_falls_back_to_the_repository_then_pytest():
         "pytest -rA t/cases.txt"
 
 
+def test_pass_rates_are_the_share_of_each_list_that_passed():
+    """The verdict rule on a parsed status map (no sandbox): a failed or skipped F2P test and
+    a missing P2P test fail, XFAIL and a skipped P2P test pass; rates are over each list."""
+    task = Task(instance_id="t-1", repo="local/x", base_commit="0" * 40, problem_statement="",
+                patch="", test_patch="", FAIL_TO_PASS=["f1", "f2"],
+                PASS_TO_PASS=["p1", "p2", "p3", "p4"])
+    status = {"f1": "PASSED", "f2": "FAILED", "p1": "PASSED", "p2": "SKIPPED", "p3": "XFAIL"}
+    report = grading._finish(GradingReport("t-1", False, None), task, status, ran=True)
+    assert (report.f2p_pass, report.f2p_failed) == (0.5, ["f2"])
+    assert (report.p2p_pass, report.p2p_failed) == (0.75, ["p4"])
+    assert report.missing == ["p4"] and report.parsed == 5
+    assert not report.resolved and report.reason == "tests_failed"
+    alone = dataclasses.replace(task, PASS_TO_PASS=[])
+    report = grading._finish(GradingReport("t-1", False, None), alone,
+                             {"f1": "PASSED", "f2": "SKIPPED"}, ran=True)
+    assert (report.f2p_pass, report.f2p_failed, report.p2p_pass) == (0.5, ["f2"], 1.0)
+    report = grading._finish(GradingReport("t-1", False, None), alone,
+                             {"f1": "PASSED", "f2": "XFAIL"}, ran=True)
+    assert report.resolved and report.reason is None and report.f2p_pass == 1.0
+
+
 # ---------------------------------------------------------------- on the local backend
 
 
@@ -111,7 +133,8 @@ def test_a_patch_that_does_not_apply_names_no_test_as_missing(mini):
     report = grade_patch(normalise_row(row), broken, sandbox_options=opts, timeout=120)
     assert report.reason == "model_patch_failed" and report.patch_applied_with is None
     assert report.missing == [] and report.parsed == 0  # no test ran, none went missing
-    assert "$ patch --batch --fuzz=5" in report.log_tail  # every fallback was tried
+    for cmd in ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5"):
+        assert f"\n$ {cmd} " in "\n" + report.log_tail  # every fallback, one per line
 
 
 def test_a_patch_without_its_final_newline_applies(mini):
