@@ -188,3 +188,21 @@ def test_the_tasks_environment_reaches_the_test_command_quoted(mini):
         sb.close()
     assert "greeting=hello; world $HOME" in run.log
     assert run.exit_code == 3 and not run.timed_out
+
+
+def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini):
+    """Past ``log_limit`` the head and tail halves are kept (the limit, plus the one-line
+    note); a byte that is not UTF-8 is replaced, never an error."""
+    row, opts = mini
+    out = r"""python -c "import sys; sys.stdout.buffer.write(b'head\xff\n' + b'x' * 20000 + b'\ntail\n')" """
+    task = normalise_row({**row, "install_config": {"test_cmd": out.strip()}})
+    sb = make_sandbox(task, "local", **opts)
+    sb.start()
+    try:
+        run = run_tests(sb, task, 120, log_limit=4000)
+    finally:
+        sb.close()
+    assert run.truncated and "head\ufffd" in run.log and "tail" in run.log
+    assert "<log truncated:" in run.log
+    # 2 x 2000 bytes kept, the note (~45 bytes), the replacement char 2 bytes wider
+    assert 4000 < len(run.log.encode()) <= 4100, len(run.log.encode())
