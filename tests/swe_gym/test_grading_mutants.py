@@ -93,26 +93,12 @@ def test_pass_rates_are_the_share_of_each_list_that_passed():
 # ---------------------------------------------------------------- on the local backend
 
 
-@pytest.fixture(scope="module")
-def mini(mini_repo) -> tuple[dict, dict]:
-    row, repos = mini_repo
-    cfg = {**row["install_config"], "env_vars": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
-    return {**row, "install_config": cfg}, {"repos_dir": str(repos)}
 
 
-def _code_patch(mini_repo, text: str) -> str:
-    repo = mini_repo[1] / "local__mini"
-    (repo / "calc.py").write_text(text)
-    out = subprocess.run(["git", "diff", "--", "calc.py"], cwd=repo, capture_output=True,
-                         text=True, check=True)
-    subprocess.run(["git", "checkout", "--", "calc.py"], cwd=repo, check=True)
-    return out.stdout
-
-
-def test_a_fix_that_breaks_a_passing_test_reports_each_side(mini, mini_repo):
+def test_a_fix_that_breaks_a_passing_test_reports_each_side(mini, code_patch):
     row, opts = mini
     both_wrong = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
-    report = grade_patch(normalise_row(row), _code_patch(mini_repo, both_wrong),
+    report = grade_patch(normalise_row(row), code_patch(both_wrong),
                          sandbox_options=opts, timeout=120)
     assert not report.resolved and report.reason == "tests_failed"
     assert report.f2p_pass == 1.0 and report.f2p_failed == []
@@ -144,7 +130,7 @@ def test_a_patch_without_its_final_newline_applies(mini):
     assert report.resolved and report.patch_applied_with == "git apply"
 
 
-def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mini_repo):
+def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mini_repo, code_patch):
     """After ``git apply --reject`` fails, only the test patch's files are reset: the model
     patch stays and the rejected hunk's .rej file goes (``patch --fuzz`` then keeps a .orig
     backup of what it fuzzed, as the harness's own run does)."""

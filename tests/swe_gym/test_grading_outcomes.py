@@ -7,29 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 from swe_gym.grading import grade_patch
 from swe_gym.tasks import Task, normalise_row
-
-
-@pytest.fixture(scope="module")
-def mini(mini_repo) -> tuple[dict, dict]:
-    """(row, sandbox options); the host's pytest plugins are off (seconds per run, no part here)."""
-    row, repos = mini_repo
-    cfg = {**row["install_config"], "env_vars": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
-    return {**row, "install_config": cfg}, {"repos_dir": str(repos)}
-
-
-def _code_patch(mini_repo, text: str) -> str:
-    """The diff turning ``calc.py`` at the base commit into ``text``."""
-    repo = mini_repo[1] / "local__mini"
-    (repo / "calc.py").write_text(text)
-    out = subprocess.run(
-        ["git", "diff", "--", "calc.py"], cwd=repo, capture_output=True, text=True, check=True
-    )
-    subprocess.run(["git", "checkout", "--", "calc.py"], cwd=repo, check=True)
-    return out.stdout
 
 
 def _grade(mini, patch: str, **changes):
@@ -43,9 +22,9 @@ def test_gold_resolves_and_reports_the_parsed_count(mini):
     assert report.parsed == 2 and report.missing == [] and report.dropped == []
 
 
-def test_a_skipped_fail_to_pass_test_is_not_resolved(mini, mini_repo):
+def test_a_skipped_fail_to_pass_test_is_not_resolved(mini, code_patch):
     skipping = "import pytest\n\n\ndef add(a, b):\n    pytest.skip('not today')\n\n\ndef sub(a, b):\n    return a - b\n"
-    report = _grade(mini, _code_patch(mini_repo, skipping))
+    report = _grade(mini, code_patch(skipping))
     assert not report.resolved and report.reason == "tests_failed"
     # pytest -rA names a skip by file:line only: the test is absent from the parsed statuses
     assert "tests/test_calc.py::test_add" not in report.status
@@ -53,11 +32,11 @@ def test_a_skipped_fail_to_pass_test_is_not_resolved(mini, mini_repo):
     assert report.f2p_failed == ["tests/test_calc.py::test_add"] and report.p2p_failed == []
 
 
-def test_a_hanging_test_times_out(mini, mini_repo):
+def test_a_hanging_test_times_out(mini, code_patch):
     hanging = "import time\n\n\ndef add(a, b):\n    time.sleep(600)\n\n\ndef sub(a, b):\n    return a - b\n"
     row, opts = mini
     report = grade_patch(
-        normalise_row(row), _code_patch(mini_repo, hanging), sandbox_options=opts, timeout=8
+        normalise_row(row), code_patch(hanging), sandbox_options=opts, timeout=8
     )
     assert not report.resolved and report.reason == "tests_timed_out"
     assert "Start Test Output" in report.log_tail  # the partial log is still read back
@@ -79,7 +58,7 @@ def test_a_test_patch_that_does_not_apply_is_reported(mini):
     assert "git apply" in report.log_tail
 
 
-def test_a_test_patch_applied_only_with_fuzz_keeps_the_model_patch(mini, mini_repo):
+def test_a_test_patch_applied_only_with_fuzz_keeps_the_model_patch(mini, mini_repo, code_patch):
     """A failed ``git apply`` of the test patch used to reset the whole tree, model patch too."""
     row = mini[0]
     repo = mini_repo[1] / "local__mini"
