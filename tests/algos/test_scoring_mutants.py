@@ -1,0 +1,174 @@
+"""What the trainer's scoring (``algos/scoring.py``) and task sampling (``algos/rollouts.py``)
+promise, pinned where mutation testing found the trainer tests silent (see
+benchmarks/mutation_survivors.md): which episodes are dropped and counted, the error-share
+boundary, group-local advantages, the filters, sample ids and truncation, epoch-wise sampling.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from algos.rollouts import TaskSampler, count_solves
+from algos.scoring import (
+    Counters,
+    EpisodesFailed,
+    Scored,
+    apply_filter,
+    assign_advantages,
+    check_episode_errors,
+    mask_failed_groups,
+    score_trajectories,
+    to_samples,
+)
+
+
+def traj(task="t", reward=1.0, finish="done", turns=1, token_exact=True, error=None,
+         ids=(1, 2, 3, 4), mask=(0, 1, 1, 1), resolved=None, last_reason="stop"):
+    lps = [-0.5] * len(ids)
+    return SimpleNamespace(
+        task_id=task, reward=reward, finish_reason=finish, error=error,
+        turns=[SimpleNamespace(completion_finish_reason=last_reason)] * turns,
+        num_turns=turns, token_exact=token_exact,
+        resolved=bool(reward) if resolved is None else resolved,
+        to_sample_arrays=lambda mask_invalid: (list(ids), list(mask), list(lps)))
+
+
+def test_each_kind_of_failed_episode_is_dropped_and_counted_under_its_own_name():
+    trajs = [traj("ok"), traj("crash", finish="error", error="boom"), traj("empty", turns=0),
+             traj("text", token_exact=False), traj("nan", reward=float("nan")),
+             traj("sandbox", reward=0.0, finish="sandbox_failed", error="died")]
+    c = Counters()
+    scored = score_trajectories(trajs, [0, 0, 1, 1, 2, 2], None, c)
+    assert [s.traj.task_id for s in scored] == ["ok", "sandbox"]  # a dead sandbox scores 0
+    assert [s.group for s in scored] == [0, 2]
+    assert (c.episodes, c.rollout_errors, c.not_token_exact, c.reward_errors,
+            c.env_failures) == (6, 2, 1, 1, 1)
+    assert c.errors[0] == "rollout crash: boom"
+    assert c.errors[1] == "rollout empty: no turns"
+    assert any("sandbox_failed: died" in e for e in c.errors)
+
+
+def test_reward_fn_replaces_the_env_reward_and_the_length_penalty_is_added():
+    c = Counters()
+    scored = score_trajectories([traj(reward=0.0, turns=15)], [0], lambda t: 1.0, c,
+                                length_penalty=True, length_threshold=10, max_turns=20)
+    assert scored[0].reward == pytest.approx(1.0 + (10 - 15) / (20 - 10))
+    scored = score_trajectories([traj(reward=1.0, turns=15)], [0], None, c)
+    assert scored[0].reward == 1.0  # no penalty unless asked
+
+
+def test_a_group_with_a_failed_or_unscored_member_is_masked_whole():
+    trajs = [traj("a"), traj("b", finish="timeout"), traj("c"), traj("d"), traj("e"), traj("f")]
+    groups = [0, 0, 1, 1, 2, 2]
+    c = Counters(failure_masked=2)  # from an earlier round of the iteration
+    scored = [Scored(t, g, 1.0) for t, g in zip(trajs, groups) if t.task_id != "e"]
+    out = mask_failed_groups(trajs, groups, scored, c)
+    assert [s.traj.task_id for s in out] == ["c", "d"]
+    assert c.failure_masked == 2 + 3  # a, b (group 0) and f (group 2); e was never scored
+
+
+@pytest.mark.parametrize("failed, episodes, share, raises", [
+    (0, 4, 0.0, False), (1, 4, 0.25, False), (2, 4, 0.25, True), (4, 4, 1.0, True),
+    (1, 4, 0.2, True)])
+def test_error_share_boundary(failed, episodes, share, raises):
+    c = Counters(episodes=episodes, reward_errors=failed,
+                 errors=[f"reward t{i}: boom" for i in range(failed)])
+    if not raises:
+        check_episode_errors(c, share, "iteration 3")
+        return
+    with pytest.raises(EpisodesFailed) as e:
+        check_episode_errors(c, share, "iteration 3")
+    assert str(e.value).startswith(f"iteration 3: {failed} of {episodes} episodes failed")
+    assert str(e.value).endswith("first error: reward t0: boom")
+
+
+def test_every_failure_kind_counts_towards_the_share():
+    for kind in ("rollout_errors", "env_failures", "not_token_exact", "reward_errors"):
+        with pytest.raises(EpisodesFailed):
+            check_episode_errors(Counters(episodes=2, **{kind: 2}), 1.0, "x")
+
+
+def test_advantages_are_per_group_and_sum_to_zero_within_a_group():
+    scored = [Scored(None, 0, 1.0), Scored(None, 0, 0.0), Scored(None, 1, 1.0),
+              Scored(None, 1, 1.0)]
+    assign_advantages(scored, "grpo", normalize_std=True)
+    a = [s.advantage for s in scored]
+    assert a[0] > 0 > a[1] and a[0] == pytest.approx(-a[1])
+    assert a[2] == a[3] == 0.0  # a solved-by-all group teaches nothing
+    unnorm = [Scored(None, 0, 1.0), Scored(None, 0, 0.0)]
+    assign_advantages(unnorm, "grpo", normalize_std=False)
+    assert [s.advantage for s in unnorm] == pytest.approx([0.5, -0.5])
+
+
+def test_filters_keep_what_they_promise():
+    scored = [Scored(None, 0, 1.0, 0.5), Scored(None, 0, 0.0, -0.5), Scored(None, 1, 1.0, 0.0),
+              Scored(None, 1, 1.0, 0.0)]
+    assert apply_filter("none", scored) == scored
+    assert apply_filter("nonzero_advantage", scored) == scored[:2]
+    assert apply_filter("nonconstant_group", scored) == scored[:2]
+    assert apply_filter("nonzero_advantage", []) == []
+    with pytest.raises(ValueError, match="unknown filter 'bogus'; choose one of: "
+                       "nonconstant_group, none, nonzero_advantage"):
+        apply_filter("bogus", scored)
+
+
+def test_nonconstant_filter_sees_the_rewards_the_advantages_see():
+    """Rewards are float64 throughout: a group whose rewards differ below float32's resolution
+    gets nonzero advantages, so the DAPO filter must keep it too."""
+    scored = [Scored(None, 0, 1.0), Scored(None, 0, 1.0 + 1e-9)]
+    assign_advantages(scored, "grpo", normalize_std=False)
+    assert scored[0].advantage != 0.0
+    assert apply_filter("nonconstant_group", scored) == scored
+
+
+def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
+    kept = [Scored(traj("a", ids=range(10), mask=[0] * 2 + [1] * 8), 0, 1.0, 0.7),
+            Scored(traj("b", finish="max_turns"), 0, 1.0, 0.1),
+            Scored(traj("c", last_reason="length"), 1, 1.0, 0.2),
+            Scored(traj("d", mask=(0, 0, 0, 0)), 1, 1.0, 0.3),
+            Scored(traj("e"), 2, 1.0, -0.4)]
+    c = Counters()
+    samples = to_samples(kept, c, max_tokens=6, mask_invalid=True, overlong_filter=True)
+    assert [s.sample_id for s in samples] == ["a/0", "e/4"]
+    assert [s.advantage for s in samples] == [0.7, -0.4]
+    assert samples[0].input_ids == list(range(6)) and samples[0].loss_mask == [0, 0, 1, 1, 1, 1]
+    assert samples[0].old_logprobs == [0.0, 0.0, -0.5, -0.5, -0.5, -0.5]
+    assert (c.truncated, c.overlong_dropped, c.empty) == (1, 2, 1)
+    c = Counters()
+    kept_all = to_samples(kept, c, max_tokens=6, mask_invalid=True, overlong_filter=False)
+    assert [s.sample_id for s in kept_all] == ["a/0", "b/1", "c/2", "e/4"]
+    assert c.overlong_dropped == 0
+
+
+def test_sampler_covers_the_pool_once_per_epoch_and_resumes_where_it_stopped(caplog):
+    pool = [f"t{i}" for i in range(5)]
+    s = TaskSampler(pool, seed=3)
+    first = s.sample(5)
+    assert sorted(first) == pool
+    second = s.sample(5)
+    assert sorted(second) == pool and second != first  # a fresh permutation per epoch
+    s.sample(2)
+    state = s.state_dict()
+    assert state == {"epoch": 2, "position": 2, "pool": pool}  # passes made, place in this one
+    resumed = TaskSampler(pool, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.sample(6) == s.sample(6)
+    assert TaskSampler(pool, seed=3).sample(5) == first  # seeded
+    assert TaskSampler(pool, seed=4).sample(10) != first + second
+    changed = TaskSampler(pool + ["t5"], seed=3)
+    with caplog.at_level("WARNING", logger="algos.rollouts"):
+        changed.load_state_dict(state)  # a different pool: starts over, and says so
+    assert (changed.epoch, changed.position) == (0, 0)
+    assert "task pool changed since the checkpoint" in caplog.text
+    with pytest.raises(Exception, match="empty"):
+        TaskSampler([])
+
+
+def test_count_solves_accumulates_attempts_and_resolutions():
+    counts: dict[str, list[int]] = {"a": [2, 1]}
+    count_solves(counts, [traj("a", reward=1.0), traj("a", reward=0.0), traj("b", reward=1.0)])
+    assert counts == {"a": [4, 2], "b": [1, 1]}
+    assert Counter(TaskSampler(["x", "y"], seed=0).sample(6)) == {"x": 3, "y": 3}
