@@ -64,7 +64,7 @@ def test_a_group_with_a_failed_or_unscored_member_is_masked_whole():
     trajs = [traj("a"), traj("b", finish="timeout"), traj("c"), traj("d"), traj("e"), traj("f")]
     groups = [0, 0, 1, 1, 2, 2]
     c = Counters(failure_masked=2)  # from an earlier round of the iteration
-    scored = [Scored(t, g, 1.0) for t, g in zip(trajs, groups) if t.task_id != "e"]
+    scored = [Scored(t, g, 1.0) for t, g in zip(trajs, groups, strict=True) if t.task_id != "e"]
     out = mask_failed_groups(trajs, groups, scored, c)
     assert [s.traj.task_id for s in out] == ["c", "d"]
     assert c.failure_masked == 2 + 3  # a, b (group 0) and f (group 2); e was never scored
