@@ -2,17 +2,13 @@
 
 PyTorch runs bfloat16 GEMMs through oneDNN only on CPUs with AVX-512 (BW/VL/DQ, AMX) or Arm
 BF16. Elsewhere (AVX2-only x86: many laptops and cloud vCPUs) ``torch.mm`` in bfloat16 falls back
-to a scalar loop, about 50x slower than float32, and vLLM's CPU backend ends in the same loop. A
-checkpoint stored in bfloat16 (SmolLM2's converted folder) must therefore not be run in its own
-dtype ("auto") on such a CPU.
+to a scalar loop, about 50x slower than float32, and vLLM's CPU backend ends in the same loop.
+vLLM's ``dtype="auto"`` runs a bfloat16 checkpoint (SmolLM2's converted folder) in bfloat16 and
+also downcasts a float32 one (every checkpoint our trainers write) to bfloat16, so on such a CPU
+"auto" must become float32.
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-HALF = ("bfloat16", "float16")
 
 
 def cpu_bf16_fast() -> bool:
@@ -25,21 +21,11 @@ def cpu_bf16_fast() -> bool:
         return False
 
 
-def checkpoint_dtype(path: str | Path) -> str | None:
-    """The dtype a Hugging Face folder's ``config.json`` records (``dtype`` or the older
-    ``torch_dtype``), or None when it records none or the folder has no config."""
-    try:
-        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = config.get("dtype") or config.get("torch_dtype")
-    return str(value).removeprefix("torch.") if value else None
-
-
-def cpu_engine_dtype(dtype: str, path: str | Path, fast: bool | None = None) -> str:
-    """The dtype a CPU engine should load ``path`` in when asked for ``dtype``: ``auto`` on a
-    half-precision checkpoint becomes ``float32`` where bfloat16 is slow (``fast``: default
-    this machine); an explicit dtype is kept."""
-    if dtype != "auto" or checkpoint_dtype(path) not in HALF:
+def cpu_engine_dtype(dtype: str, fast: bool | None = None) -> str:
+    """The dtype a CPU vLLM engine should be given when asked for ``dtype``: ``auto`` becomes
+    ``float32`` where bfloat16 is slow (``fast``: default this machine), whatever the
+    checkpoint's dtype (vLLM's "auto" computes a float32 checkpoint in bfloat16 too); an
+    explicit dtype is kept."""
+    if dtype != "auto" or (cpu_bf16_fast() if fast is None else fast):
         return dtype
-    return "auto" if (cpu_bf16_fast() if fast is None else fast) else "float32"
+    return "float32"

@@ -114,8 +114,8 @@ class VLLMModel:
         if on_cpu:
             from agents.models.cpu import cpu_engine_dtype
 
-            chosen = cpu_engine_dtype(dtype, path)
-            if chosen != dtype:  # a bf16 checkpoint in its own dtype: the ~50x scalar loop here
+            chosen = cpu_engine_dtype(dtype)
+            if chosen != dtype:  # "auto" would compute in bf16: the ~50x scalar loop here
                 log.info("%s: dtype %s -> %s (this CPU has no fast bfloat16 GEMMs)",
                          path, dtype, chosen)
             dtype = chosen

@@ -1,5 +1,6 @@
-"""A half-precision checkpoint run in its own dtype ("auto") on a CPU without fast bfloat16 GEMMs
-takes a scalar loop about 50x slower than float32: the CPU engines load it in float32 there."""
+"""vLLM's dtype "auto" computes in bfloat16 (a bf16 checkpoint as stored, a float32 one
+downcast); on a CPU without fast bfloat16 GEMMs that is a scalar loop about 50x slower than
+float32, so the CPU engine is given float32 there."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from agents.models.cpu import checkpoint_dtype, cpu_bf16_fast, cpu_engine_dtype
+from agents.models.cpu import cpu_bf16_fast, cpu_engine_dtype
 
 
 def _folder(tmp_path, **config):
@@ -15,36 +16,22 @@ def _folder(tmp_path, **config):
     return tmp_path
 
 
-@pytest.mark.parametrize("key", ["dtype", "torch_dtype"])
-def test_checkpoint_dtype_reads_either_key(tmp_path, key):
-    assert checkpoint_dtype(_folder(tmp_path, **{key: "bfloat16"})) == "bfloat16"
+@pytest.mark.parametrize("fast,want", [(False, "float32"), (True, "auto")])
+def test_auto_becomes_float32_only_where_bf16_is_slow(fast, want):
+    # vLLM's "auto" computes a bf16 checkpoint in bf16 and downcasts a float32 one to bf16
+    assert cpu_engine_dtype("auto", fast=fast) == want
 
 
-def test_checkpoint_dtype_of_a_folder_without_config_is_unknown(tmp_path):
-    assert checkpoint_dtype(tmp_path) is None
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
+def test_an_explicit_dtype_is_kept(dtype):
+    assert cpu_engine_dtype(dtype, fast=False) == dtype
 
 
-@pytest.mark.parametrize("stored,fast,want", [
-    ("bfloat16", False, "float32"),   # the slow path avoided
-    ("float16", False, "float32"),
-    ("bfloat16", True, "auto"),       # AVX-512 / AMX: bf16 is fast, keep it
-    ("float32", False, "auto"),       # nothing to change
-    (None, False, "auto"),
-])
-def test_auto_on_a_half_checkpoint_becomes_float32_only_where_bf16_is_slow(
-        tmp_path, stored, fast, want):
-    folder = _folder(tmp_path, **({"dtype": stored} if stored else {}))
-    assert cpu_engine_dtype("auto", folder, fast=fast) == want
-
-
-def test_an_explicit_dtype_is_kept(tmp_path):
-    folder = _folder(tmp_path, dtype="bfloat16")
-    assert cpu_engine_dtype("bfloat16", folder, fast=False) == "bfloat16"
-
-
-def test_vllm_engine_gets_the_cpu_dtype(tmp_path, monkeypatch):
-    """What ``VLLMModel`` hands vLLM for a bf16 folder with the default dtype (``--model
-    vllm:smollm2`` is such a folder): float32 on this CPU unless it multiplies bf16 fast."""
+@pytest.mark.parametrize("stored", ["bfloat16", "float32"])
+def test_vllm_engine_gets_the_cpu_dtype(tmp_path, monkeypatch, stored):
+    """What ``VLLMModel`` hands vLLM with the default dtype, for a bf16 folder (``--model
+    vllm:smollm2``) and a float32 one (a trainer's checkpoint): float32 on this CPU unless it
+    multiplies bf16 fast."""
     vllm = pytest.importorskip("vllm")
     from vllm.platforms import current_platform
 
@@ -63,5 +50,5 @@ def test_vllm_engine_gets_the_cpu_dtype(tmp_path, monkeypatch):
     from agents.models.vllm import VLLMModel
 
     with pytest.raises(Stop):
-        VLLMModel(_folder(tmp_path, dtype="bfloat16"))
+        VLLMModel(_folder(tmp_path, dtype=stored))
     assert seen["dtype"] == ("auto" if cpu_bf16_fast() else "float32")
