@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agents.trajectory import Trajectory, Turn
 from algos.rollouts import TaskSampler, count_solves
 from algos.scoring import (
     Counters,
@@ -141,6 +142,22 @@ def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
     kept_all = to_samples(kept, c, max_tokens=6, mask_invalid=True, overlong_filter=False)
     assert [s.sample_id for s in kept_all] == ["a/0", "b/1", "c/2", "e/4"]
     assert c.overlong_dropped == 0
+
+
+def test_invalid_action_masking_reaches_the_samples_only_when_asked():
+    """RFT's invalid-action masking (methods.md): an invalid turn's completion is trained on
+    unless ``mask_invalid``; the prompt tokens never are."""
+    turns = [Turn(prompt_delta_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-.1, -.2],
+                  invalid_action=True),
+             Turn(prompt_delta_ids=[5], completion_ids=[6, 7], completion_logprobs=[-.3, -.4])]
+    episode = Trajectory(task_id="t", turns=turns, token_exact=True, finish_reason="submitted")
+    kept = [Scored(episode, 0, 1.0, 0.5)]
+    masked = to_samples(kept, Counters(), max_tokens=100, mask_invalid=True, overlong_filter=False)
+    assert masked[0].loss_mask == [0, 0, 0, 0, 0, 1, 1]
+    assert masked[0].old_logprobs == [0.0] * 5 + [-.3, -.4]
+    kept_all = to_samples(kept, Counters(), max_tokens=100, mask_invalid=False,
+                          overlong_filter=False)
+    assert kept_all[0].loss_mask == [0, 0, 1, 1, 0, 1, 1]
 
 
 def test_sampler_covers_the_pool_once_per_epoch_and_resumes_where_it_stopped(caplog):
