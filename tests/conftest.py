@@ -77,6 +77,22 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(scope="session")
+def docker_client():
+    """The project's Docker daemon (``swe_gym.docker_daemon``): a loud skip without one, a
+    failure under CI=true."""
+    from swe_gym.docker_daemon import get_client
+    from swe_gym.errors import SandboxUnavailable
+
+    try:
+        return get_client()
+    except SandboxUnavailable as e:
+        msg = f"DOCKER TESTS NOT RUN: {e}"
+        if _in_ci():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
 def _allowed(node) -> bool:
     return any(node.get_closest_marker(m) is not None for m in ALLOWED_SKIP_MARKERS)
 

@@ -97,20 +97,6 @@ def backend(request) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
-def docker_client():
-    """The daemon for the docker backend: a loud skip without one, a failure under CI=true."""
-    from swe_gym.docker_daemon import get_client
-    from swe_gym.errors import SandboxUnavailable
-
-    try:
-        return get_client()
-    except SandboxUnavailable as e:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"DOCKER TESTS NOT RUN: {e}", pytrace=False)
-        pytest.skip(f"DOCKER TESTS NOT RUN: {e}")
-
-
 @pytest.fixture()
 def make_sb(backend, repo_task):
     """``make_sb(task=None, **options)`` -> a started sandbox on ``backend``, closed after the
