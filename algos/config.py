@@ -305,6 +305,11 @@ class RunConfig:
     rollout_model: str = "policy"
     """'policy' samples on-policy from the engine; any agents.load_model spec (oracle,
     scripted:FILE) rolls out with that model instead (off-policy: old log-probs are recomputed)."""
+    agent: str | None = None
+    """Your own agent program, as module:factory (e.g. examples.openai_agent:make_agent): each
+    episode runs it against the env through an OpenAI-compatible gateway in front of the sampler
+    (the policy's engine, or rollout_model), which records the token-exact trajectory the learner
+    trains on (algos.agent_rollouts). None: the built-in ReAct agent."""
     concurrency: int = 4
     """Episodes run at once."""
     max_turns: int = 40
@@ -393,6 +398,15 @@ class RunConfig:
                 f"choose a cp among {[d for d in range(1, world + 1) if world % d == 0]}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise unknown_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
+        if self.agent is not None:
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.agent):
+                raise ConfigError(
+                    f"agent must be module:factory (e.g. examples.openai_agent:make_agent); "
+                    f"got {self.agent!r}")
+            if self.rollout_backend != "threads":
+                raise ConfigError(
+                    f"agent={self.agent!r} runs with rollout_backend=threads only; got "
+                    f"rollout_backend={self.rollout_backend!r}")
         for name in ("ray_workers", "max_sandbox_starts_per_node"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
@@ -444,11 +458,6 @@ class RLConfig(RunConfig):
     background producer rolling out from the latest pushed weights while the learner trains, and
     drops (counts as dropped_stale) every group whose oldest turn is more than K optimiser steps
     behind the learner. Needs an engine with its own copy of the weights."""
-    agent: str | None = None
-    """Your own agent program, as module:factory (e.g. examples.openai_agent:make_agent): each
-    episode runs it against the env through an OpenAI-compatible gateway in front of the policy,
-    which records the token-exact trajectory the learner trains on (algos.agent_rollouts). None:
-    the built-in ReAct agent."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -462,15 +471,6 @@ class RLConfig(RunConfig):
                                  OFF_POLICY_CORRECTIONS)
         if self.is_cap <= 0:
             raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
-        if self.agent is not None:
-            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.agent):
-                raise ConfigError(
-                    f"agent must be module:factory (e.g. examples.openai_agent:make_agent); "
-                    f"got {self.agent!r}")
-            if self.rollout_backend != "threads":
-                raise ConfigError(
-                    f"agent={self.agent!r} runs with rollout_backend=threads only; got "
-                    f"rollout_backend={self.rollout_backend!r}")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         if self.max_staleness < 0:

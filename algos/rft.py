@@ -3,9 +3,10 @@
 ``python -m algos.rft --rollout-model oracle --tasks ...`` or ``--trajectories a.jsonl b.jsonl``.
 
 1. Trajectories: roll out ``runs_per_task`` episodes per task with the policy's engine (or
-   ``rollout_model``), or read trajectory JSONL files (``--trajectories``, e.g. from
-   ``python -m agents.evaluate``); rolled-out episodes (up to ``save_episodes``, passing or
-   not) are saved as iteration 1 in ``RUN_DIR/episodes/`` (``python -m algos.report RUN_DIR``);
+   ``rollout_model``) driven by the built-in agent or your own program (``--agent``), or read
+   trajectory JSONL files (``--trajectories``, e.g. from ``python -m agents.evaluate``);
+   rolled-out episodes (up to ``save_episodes``, passing or not) are saved as iteration 1 in
+   ``RUN_DIR/episodes/`` (``python -m algos.report RUN_DIR``);
 2. keep the resolved, token-exact ones (saved to ``RUN_DIR/rft_data.jsonl``, which ``--resume``
    reuses);
 3. SFT on policy tokens only, turns that were invalid actions masked out of the loss
@@ -121,6 +122,9 @@ class RFTConfig(RunConfig):
         for path in self.trajectories or []:
             if not Path(path).is_file():
                 raise ConfigError(f"trajectory file {path!r} does not exist")
+        if self.trajectories and self.agent:
+            raise ConfigError(f"agent={self.agent!r} runs the rollouts, but trajectories="
+                              f"{self.trajectories} replace them: pass one or the other")
 
     def learner_config(self, total_steps: int) -> LearnerConfig:
         warmup = min(self.warmup_steps, max(0, total_steps - 1))

@@ -192,3 +192,24 @@ def test_a_program_cannot_choose_its_task_seed_sampling_or_reward(tokenizer, mon
     ((_, meta, params),) = engine.calls
     assert meta["task_id"] == "toy-0"
     assert (params.temperature, params.max_new_tokens, params.top_p) == (0.7, 8, 1.0)
+
+
+def test_rft_trains_on_the_resolved_episodes_of_an_agent_program(tmp_path: Path):
+    """``python -m algos.rft --agent``: the program's episodes (here the example program in
+    front of the oracle) are rolled out through the gateway, the resolved ones kept and trained
+    on."""
+    from agents.trajectory import Trajectory
+    from algos import rft
+    from algos.run_io import read_metrics
+
+    run = tmp_path / "run"
+    tasks = ["starter__tinystats-1", "starter__tinystats-2"]
+    assert rft.main(["--rollout-model", "oracle", "--agent", EXAMPLE, "--tasks", ",".join(tasks),
+                     "--runs-per-task", "1", "--policy", "tiny-random", "--batch-size", "1",
+                     "--progress", "false", "--run-dir", str(run)]) == 0
+    kept = Trajectory.load_jsonl(run / "rft_data.jsonl")
+    assert sorted(t.task_id for t in kept) == tasks
+    assert all(t.resolved and t.token_exact and t.agent["program"] == EXAMPLE for t in kept)
+    assert len(read_metrics(run)) == len(kept)  # batch 1, 1 epoch
+    with pytest.raises(ConfigError, match="pass one or the other"):
+        rft.RFTConfig(agent=EXAMPLE, trajectories=[str(run / "rft_data.jsonl")])
