@@ -6,21 +6,26 @@ boundary, group-local advantages, the filters, sample ids and truncation, epoch-
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 
 from agents.trajectory import Trajectory, Turn
+from algos.config import ConfigError
 from algos.rollouts import TaskSampler, count_solves
 from algos.scoring import (
     Counters,
     EpisodesFailed,
     Scored,
+    ScoringSpec,
     apply_filter,
     assign_advantages,
     check_episode_errors,
+    load_reward_fn,
     mask_failed_groups,
+    score_groups,
     score_trajectories,
     to_samples,
 )
@@ -189,3 +194,97 @@ def test_count_solves_accumulates_attempts_and_resolutions():
     count_solves(counts, [traj("a", reward=1.0), traj("a", reward=0.0), traj("b", reward=1.0)])
     assert counts == {"a": [4, 2], "b": [1, 1]}
     assert Counter(TaskSampler(["x", "y"], seed=0).sample(6)) == {"x": 3, "y": 3}
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_score_groups_applies_the_spec_penalty_masking_advantages_and_filter(normalize_std):
+    """One round through ``score_groups`` with every switch of the spec on: the turn penalty
+    (threshold 2 of 4 turns), a group with a timed-out member masked whole, group advantages
+    with or without the std, and the DAPO filter dropping a constant group."""
+    trajs = [traj("a", reward=1.0, turns=1), traj("b", reward=0.0, turns=3),
+             traj("c"), traj("d", finish="timeout"), traj("e"), traj("f")]
+    spec = ScoringSpec(filter="nonconstant_group", normalize_std=normalize_std,
+                       length_penalty=True, length_threshold=2, max_turns=4,
+                       mask_failed_groups=True, max_error_share=0.5)
+    c = Counters()
+    scored, kept = score_groups(trajs, [0, 0, 1, 1, 2, 2], spec, None, c, "iteration 1")
+    assert [s.traj.task_id for s in scored] == ["a", "b", "e", "f"]
+    assert [s.reward for s in scored] == [1.0, -0.5, 1.0, 1.0]  # b: (2 - 3) / (4 - 2)
+    adv = 0.75 / (statistics.stdev([1.0, -0.5]) + 1e-6) if normalize_std else 0.75  # core's eps
+    assert [s.traj.task_id for s in kept] == ["a", "b"]
+    assert [s.advantage for s in kept] == pytest.approx([adv, -adv], rel=1e-12)
+    assert (c.failure_masked, c.filtered, c.episodes) == (2, 2, 6)
+
+
+def test_counts_add_up_over_episodes_and_rounds():
+    c = Counters()
+    score_trajectories([traj("x", token_exact=False), traj("y", token_exact=False)], [0, 1],
+                       None, c)
+    assert c.not_token_exact == 2 and "use a token backend" in c.errors[0]
+    kept = [Scored(traj(str(i), ids=range(10), mask=[0] + [1] * 9), 0, 1.0) for i in range(2)]
+    kept += [Scored(traj(f"e{i}", mask=(0, 0, 0, 0)), 0, 1.0) for i in range(2)]
+    to_samples(kept, c, max_tokens=6, mask_invalid=False, overlong_filter=False)
+    assert (c.truncated, c.empty) == (2, 2)
+    total = Counters(episodes=1, errors=["first"])
+    total.add(c)
+    assert (total.episodes, total.not_token_exact, total.truncated) == (3, 2, 2)
+    assert total.errors == ["first", *c.errors]
+
+
+def test_error_messages_name_the_episode_and_the_cause(caplog):
+    c = Counters()
+    long = "x" * 400
+    trajs = [traj("crash", finish="error", error=long), traj("nan", reward=float("nan")),
+             traj("dead", finish="sandbox_failed"), traj("boom")]
+
+    def reward(t):
+        if t.task_id == "boom":
+            raise KeyError("no verdict")
+        return t.reward
+
+    with caplog.at_level("WARNING", logger="algos.scoring"):
+        score_trajectories(trajs, [0, 1, 2, 3], reward, c)
+    assert c.errors[0] == "rollout crash: " + "x" * 300  # cut at 300 characters
+    assert c.errors[1] == "reward nan: ValueError: reward is nan"
+    assert c.errors[2] == "env dead: sandbox_failed: "
+    assert c.errors[3] == "reward boom: KeyError: 'no verdict'"
+    assert "reward function failed on task boom: KeyError: 'no verdict'" in caplog.text
+    with pytest.raises(EpisodesFailed, match=r"first error: \(no message\)"):
+        check_episode_errors(Counters(episodes=1, rollout_errors=1), 0.5, "iteration 1")
+    with pytest.raises(ValueError):  # one group id per episode
+        score_trajectories([traj(), traj()], [0], None, Counters())
+
+
+def test_defaults_are_grpo_with_the_std_and_context_overflow_is_overlong():
+    scored = [Scored(None, 0, 1.0), Scored(None, 0, 0.0), Scored(None, 0, 0.0)]
+    assign_advantages(scored)
+    expected = (1.0 - 1 / 3) / (statistics.stdev([1.0, 0.0, 0.0]) + 1e-6)  # core's eps
+    assert scored[0].advantage == pytest.approx(expected, rel=1e-12)
+    kept = [Scored(traj("o", finish="context_overflow"), 0, 1.0), Scored(traj("k"), 0, 1.0)]
+    c = Counters()
+    assert [s.sample_id for s in to_samples(kept, c, max_tokens=8, mask_invalid=False,
+                                            overlong_filter=True)] == ["k/1"]
+    assert c.overlong_dropped == 1
+
+
+def test_samples_keep_exactly_max_tokens_and_two_token_sequences():
+    kept = [Scored(traj("six", ids=range(6), mask=[0] + [1] * 5), 0, 1.0),
+            Scored(traj("two", ids=(1, 2), mask=(0, 1)), 0, 1.0)]
+    c = Counters()
+    samples = to_samples(kept, c, max_tokens=6, mask_invalid=False, overlong_filter=False)
+    assert [len(s.input_ids) for s in samples] == [6, 2]
+    assert (c.truncated, c.empty) == (0, 0)
+
+
+def test_reward_fn_spec_is_loaded_or_refused_with_the_reason(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text("def half(traj):\n    return 0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_reward_fn(None) is None
+    fn = load_reward_fn("my_rewards:half")
+    assert fn(None) == 0.5
+    for bad, words in [("my_rewards", "must be 'module:function'"),
+                       ("my_rewards:missing", "cannot be imported.*missing"),
+                       ("no_such_mod_q:f", "cannot be imported.*no_such_mod_q")]:
+        with pytest.raises(ConfigError, match=words) as err:
+            load_reward_fn(bad)
+        assert repr(bad) in str(err.value)
