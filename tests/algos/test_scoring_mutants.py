@@ -235,7 +235,8 @@ def test_error_messages_name_the_episode_and_the_cause(caplog):
     c = Counters()
     long = "x" * 400
     trajs = [traj("crash", finish="error", error=long), traj("nan", reward=float("nan")),
-             traj("dead", finish="sandbox_failed"), traj("boom")]
+             traj("dead", finish="sandbox_failed"), traj("boom"),
+             traj("died", finish="grading_error", error=long)]
 
     def reward(t):
         if t.task_id == "boom":
@@ -243,11 +244,12 @@ def test_error_messages_name_the_episode_and_the_cause(caplog):
         return t.reward
 
     with caplog.at_level("WARNING", logger="algos.scoring"):
-        score_trajectories(trajs, [0, 1, 2, 3], reward, c)
+        score_trajectories(trajs, [0, 1, 2, 3, 4], reward, c)
     assert c.errors[0] == "rollout crash: " + "x" * 300  # cut at 300 characters
     assert c.errors[1] == "reward nan: ValueError: reward is nan"
     assert c.errors[2] == "env dead: sandbox_failed: "
     assert c.errors[3] == "reward boom: KeyError: 'no verdict'"
+    assert c.errors[4] == "env died: grading_error: " + "x" * 300
     assert "reward function failed on task boom: KeyError: 'no verdict'" in caplog.text
     with pytest.raises(EpisodesFailed, match=r"first error: \(no message\)"):
         check_episode_errors(Counters(episodes=1, rollout_errors=1), 0.5, "iteration 1")
