@@ -144,6 +144,13 @@ class SessionRecorder:
         if isinstance(self._tool_form, ToolSupportError):
             raise ToolSupportError(f"model {self.name!r}: {self._tool_form}")
 
+    @property
+    def tool_form(self) -> str:
+        """The template's tool-call form (``agents.gateway.tools.TOOL_CALL_FORMS``)."""
+        self.check_tools()
+        assert isinstance(self._tool_form, str)
+        return self._tool_form
+
     def _initial_ids(self, messages: list[dict[str, Any]], tools: list | None) -> list[int]:
         if _uses_tools(messages, tools):
             return self._encode(self._render_text(messages, True, tools))
@@ -295,7 +302,8 @@ class SessionRecorder:
             if version is not None:
                 turn.policy_version = version
             traj.turns.append(turn)
-            content, calls = parse_tool_calls(gen.text) if tools else (gen.text, [])
+            content, calls = (parse_tool_calls(gen.text, self.tool_form) if tools
+                              else (gen.text, []))
             reply = {"role": "assistant", "content": content}
             if calls:  # stored as the client will echo it back (normalize_message)
                 reply["tool_calls"] = normalize_tool_calls(calls, "reply")

@@ -3,11 +3,16 @@
 A request's ``tools`` are rendered by the tokenizer's own chat template
 (``apply_chat_template(..., tools=tools)``), and assistant ``tool_calls`` and ``role: tool``
 messages in the history go through it as well. A completion is parsed back into OpenAI
-``tool_calls`` when the model wrote the template's call form. The one form read back is
-Hermes/Qwen's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Qwen2.5, Qwen3,
-Hermes, and the templates that copied them). A template that ignores ``tools`` (SmolLM2's plain
-ChatML), or writes calls in another form, gets a 400 naming the model rather than a silent
-prompt without the tools.
+``tool_calls`` when the model wrote the template's call form. Two forms are read back, told
+apart by how the template renders a probe call:
+
+- ``hermes``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, anywhere in
+  the text (Qwen2.5, Qwen3, Hermes, and the templates that copied them);
+- ``llama3_json``: the whole reply is ``{"name": ..., "parameters": {...}}`` (Llama 3.1-3.3's
+  JSON tool calling; several calls separated by ``;``, as vLLM's parser of that name reads).
+
+A template that ignores ``tools`` (SmolLM2's plain ChatML), or writes calls in another form, gets
+a 400 naming the model rather than a silent prompt without the tools.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import secrets
 from typing import Any
 
 HERMES = "hermes"
+LLAMA3_JSON = "llama3_json"
+TOOL_CALL_FORMS = (HERMES, LLAMA3_JSON)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_LLAMA3_PROBE = re.compile(r'\{"name":\s*"probe_tool_7f3a",\s*"parameters":\s*\{"x":\s*"y"\}\}')
 _PROBE_TOOL = {
     "type": "function",
     "function": {
@@ -47,7 +55,7 @@ def render_text(
 
 
 def tool_call_form(tokenizer: Any) -> str:
-    """``HERMES`` if the template renders tools and writes calls as ``<tool_call>`` blocks;
+    """The form (``TOOL_CALL_FORMS``) in which the template renders tools and writes calls;
     else a ``ToolSupportError`` saying what is missing."""
     user = [{"role": "user", "content": "x"}]
     try:
@@ -62,12 +70,15 @@ def tool_call_form(tokenizer: Any) -> str:
         raise ToolSupportError(f"its chat template fails on tools ({type(e).__name__}: {e})") from e
     if "probe_tool_7f3a" not in with_tools:
         raise ToolSupportError("its chat template has no tool support (it does not render tools)")
-    if "<tool_call>" not in called or "probe_tool_7f3a" not in called:
-        raise ToolSupportError(
-            "its chat template writes tool calls in a form the gateway does not parse back "
-            "(supported: Hermes/Qwen <tool_call>{json}</tool_call>)"
-        )
-    return HERMES
+    if "<tool_call>" in called and "probe_tool_7f3a" in called:
+        return HERMES
+    if _LLAMA3_PROBE.search(called):
+        return LLAMA3_JSON
+    raise ToolSupportError(
+        "its chat template writes tool calls in a form the gateway does not parse back "
+        '(supported: Hermes/Qwen <tool_call>{json}</tool_call>, Llama 3 {"name": ..., '
+        '"parameters": {...}})'
+    )
 
 
 def normalize_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
@@ -98,32 +109,51 @@ def normalize_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """``(content, tool_calls)`` of a Hermes-form completion: the text outside the
-    ``<tool_call>`` blocks and the calls in OpenAI's wire form (arguments as a JSON string).
-    A block that is not ``{"name": str, "arguments": object}`` JSON leaves the whole text as
-    content and no calls: the model did not make a well-formed call."""
+def _wire_call(data: Any, args_key: str) -> dict[str, Any] | None:
+    """One parsed call in OpenAI's wire form, or None unless ``{"name": str, args_key: {...}}``."""
+    args = data.get(args_key, {}) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
+        args, dict
+    ):
+        return None
+    return {
+        "id": "call_" + secrets.token_hex(12),
+        "type": "function",
+        "function": {"name": data["name"], "arguments": json.dumps(args)},
+    }
+
+
+def parse_tool_calls(text: str, form: str = HERMES) -> tuple[str, list[dict[str, Any]]]:
+    """``(content, tool_calls)`` of a completion in ``form``: the text outside the calls and
+    the calls in OpenAI's wire form (arguments as a JSON string). A call that is not
+    well-formed JSON of the form leaves the whole text as content and no calls: the model did
+    not make a call."""
+    if form == LLAMA3_JSON:
+        body = text.strip()
+        if not body.startswith("{"):
+            return text, []
+        calls = []
+        for part in body.split(";"):
+            try:
+                call = _wire_call(json.loads(part), "parameters")
+            except json.JSONDecodeError:
+                return text, []
+            if call is None:
+                return text, []
+            calls.append(call)
+        return "", calls
+    if form != HERMES:
+        raise ValueError(f"unknown tool-call form {form!r}; choose one of {TOOL_CALL_FORMS}")
     blocks = _CALL.findall(text)
     if not blocks:
         return text, []
     calls = []
     for block in blocks:
         try:
-            data = json.loads(block)
+            call = _wire_call(json.loads(block), "arguments")
         except json.JSONDecodeError:
             return text, []
-        args = data.get("arguments", {}) if isinstance(data, dict) else None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("name"), str)
-            or not isinstance(args, dict)
-        ):
+        if call is None:
             return text, []
-        calls.append(
-            {
-                "id": "call_" + secrets.token_hex(12),
-                "type": "function",
-                "function": {"name": data["name"], "arguments": json.dumps(args)},
-            }
-        )
+        calls.append(call)
     return _CALL.sub("", text).strip(), calls

@@ -55,6 +55,31 @@ BASH = {
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
     },
 }
+# Llama 3.1's layout (tools listed in the first user turn, a call written as the whole reply
+# {"name": ..., "parameters": ...}, results in an ``ipython`` turn), with SmolLM2's end-of-turn
+# token so the scripted engine's end of sequence closes a turn as the template does.
+LLAMA_LIKE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' and loop.first and tools %}"
+    "{{- '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, respond "
+    'with a JSON for a function call: {"name": function name, "parameters": dictionary of '
+    "argument name and its value}.\n\n' }}"
+    "{%- for t in tools %}{{- t | tojson }}{{- '\n\n' }}{%- endfor %}"
+    "{{- message.content + '<|im_end|>' }}"
+    "{%- elif message.role == 'assistant' and message.tool_calls %}"
+    "{%- set tc = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    '{{- \'{"name": "\' + tc.name + \'", "parameters": \' }}'
+    "{{- tc.arguments | tojson }}{{- '}<|im_end|>' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + message.content + '<|im_end|>' }}"
+    "{%- else %}"
+    "{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\n\n' + message.content"
+    " + '<|im_end|>' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{%- endif %}"
+)
 # Exactly as the template renders the call, so the whole history re-renders to the same ids.
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
 
@@ -243,3 +268,46 @@ def test_malformed_tool_calls_in_history_are_a_400(tools_tokenizer):
                 messages=[{"role": "user", "content": "x"}, bad, {"role": "user", "content": "y"}],
             )
         assert gateway.session_ids() == []
+
+
+def test_llama3_json_tool_calls_round_trip_token_exact(smollm2_tokenizer):
+    """A Llama 3-style template: the form is detected from the template, the reply's JSON call
+    parsed back, and the echoed call re-renders to the sampled ids (no prefix failure)."""
+    tokenizer = copy.deepcopy(smollm2_tokenizer)
+    tokenizer.chat_template = LLAMA_LIKE
+    call = '{"name": "bash", "parameters": {"command": "ls"}}'
+    engine = _Engine([call, "Done."], tokenizer)
+    with Gateway(engine) as gateway:
+        c = _client(gateway, "l")
+        messages = [{"role": "user", "content": "Tests fail."}]
+        first = c.chat.completions.create(model="tiny", messages=messages, tools=[BASH])
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        (tc,) = choice.message.tool_calls
+        assert (tc.function.name, json.loads(tc.function.arguments)) == ("bash", {"command": "ls"})
+        messages.append(choice.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": tc.id, "content": "a.py"})
+        second = c.chat.completions.create(model="tiny", messages=messages, tools=[BASH])
+        assert second.choices[0].message.content == "Done."
+        traj = gateway.trajectory("l")
+    assert gateway.prefix_failures == 0
+    assert [traj.conditioned_ids(t) for t in range(2)] == engine.prompts
+    assert '"name": "bash"' in tokenizer.decode(engine.prompts[0])
+    assert "ipython" in tokenizer.decode(traj.turns[1].prompt_delta_ids)
+
+
+def test_llama3_json_form_parses_only_whole_json_calls():
+    for text in ('I will call {"name": "x", "parameters": {}}', '{"name": "x", "parameters": 1}',
+                 '{"name": "x"', '["x"]', "plain"):
+        assert parse_tool_calls(text, "llama3_json") == (text, [])
+    content, calls = parse_tool_calls(
+        ' {"name": "a", "parameters": {"k": 1}}; {"name": "b", "parameters": {}}', "llama3_json")
+    assert content == ""
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("a", {"k": 1}), ("b", {})]
+    # the Hermes form is not read in a Llama reply, nor the Llama form in a Hermes one
+    hermes = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
+    assert parse_tool_calls(hermes, "llama3_json") == (hermes, [])
+    assert parse_tool_calls('{"name": "a", "parameters": {}}') == ('{"name": "a", "parameters": {}}', [])
+    with pytest.raises(ValueError, match="'xml'.*hermes"):
+        parse_tool_calls("x", "xml")
