@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from agents.trajectory import Trajectory, Turn
+from algos import rollouts
 from algos.config import ConfigError
-from algos.rollouts import TaskSampler, count_solves
+from algos.rollouts import CollectPlan, TaskSampler, collect, count_solves, roll_out_groups
 from algos.scoring import (
     Counters,
     EpisodesFailed,
@@ -290,3 +291,37 @@ def test_reward_fn_spec_is_loaded_or_refused_with_the_reason(tmp_path, monkeypat
         with pytest.raises(ConfigError, match=words) as err:
             load_reward_fn(bad)
         assert repr(bad) in str(err.value)
+
+
+def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(monkeypatch):
+    """Three rounds (2 problems, then refills of 1): every round's episodes, rewards and
+    survivors are kept, groups are numbered on from the earlier rounds, each episode ticks
+    the progress bar once, and each round has its own seed block."""
+    calls = []
+
+    def fake_rollouts(spec, sampler, task_ids, n_per_task, seed, progress=None):
+        calls.append((list(task_ids), seed))
+        out = [traj(tid, reward=float(j == 0)) for tid in task_ids for j in range(n_per_task)]
+        for t in out:
+            if progress:
+                progress(t)
+        return out
+
+    monkeypatch.setattr(rollouts, "run_rollouts", fake_rollouts)
+    cfg = SimpleNamespace(problems_per_iteration=2, group_size=2, max_refill_rounds=2,
+                          refill_problems=1, seed=7)
+    plan = CollectPlan.from_config(cfg, needed=100)
+    assert plan == CollectPlan(2, 2, 100, 2, 1, 7)
+    ticks, solves = [], {}
+    got = collect(plan, ScoringSpec(filter="nonconstant_group"), None,
+                  TaskSampler(["a", "b", "c", "d"], seed=0), None, None, Counters(),
+                  iteration=1, solve_counts=solves, tick=ticks.append)
+    assert [len(tasks) for tasks, _ in calls] == [2, 1, 1]
+    # iteration 1's rounds take the seed blocks after iteration 0's three
+    assert [seed for _, seed in calls] == [7 + 1000 * k for k in (3, 4, 5)]
+    assert got.rounds == 2 and len(got.episodes) == len(ticks) == 8
+    assert got.rewards == [1.0, 0.0] * 4
+    assert [s.group for s in got.kept] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sum(a for a, _ in solves.values()) == 8
+    trajs, groups = roll_out_groups(None, None, ["a", "b"], 2, seed=0)
+    assert groups == [0, 0, 1, 1] and len(trajs) == 4
