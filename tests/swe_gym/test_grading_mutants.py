@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from swe_gym import grading
 from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name, run_tests
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
+from tests.conftest import TESTS
 
 
 def _task(repo: str = "local/x", install_config: dict | None = None,
@@ -163,8 +165,8 @@ def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mi
 def test_the_tasks_environment_reaches_the_test_command_quoted(mini):
     row, opts = mini
     # sh -c: the test files appended to the command become its $0
-    cfg = {"test_cmd": "sh -c 'echo \"greeting=$GREETING\"; exit 3'",
-           "env_vars": {"GREETING": "hello; world $HOME"}}
+    cfg = {"test_cmd": "sh -c 'echo \"greeting=$GREETING $TO\"; exit 3'",
+           "env_vars": {"GREETING": "hello; world $HOME", "TO": "you"}}
     task = normalise_row({**row, "install_config": cfg})
     sb = make_sandbox(task, "local", **opts)
     sb.start()
@@ -172,7 +174,7 @@ def test_the_tasks_environment_reaches_the_test_command_quoted(mini):
         run = run_tests(sb, task, 120)
     finally:
         sb.close()
-    assert "greeting=hello; world $HOME" in run.log
+    assert "greeting=hello; world $HOME you" in run.log
     assert run.exit_code == 3 and not run.timed_out
 
 
@@ -192,3 +194,86 @@ def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini):
     assert "<log truncated:" in run.log
     # 2 x 2000 bytes kept, the note (~45 bytes), the replacement char 2 bytes wider
     assert 4000 < len(run.log.encode()) <= 4100, len(run.log.encode())
+
+
+# ---------------------------------------------------------------- a grading that goes wrong
+
+
+class _Sandbox:
+    """A stand-in sandbox (no process): the failure paths around the grading, not the grading."""
+
+    workdir = "/work"
+
+    def __init__(self, start_error=None, close_error=None):
+        self.start_error, self.close_error, self.closed = start_error, close_error, 0
+
+    def start(self):
+        if self.start_error:
+            raise self.start_error
+
+    def close(self):
+        self.closed += 1
+        if self.close_error:
+            raise self.close_error
+
+
+def test_a_sandbox_that_fails_to_start_is_closed_and_reported(monkeypatch, caplog):
+    sb = _Sandbox(start_error=RuntimeError("no room"), close_error=OSError("stuck"))
+    monkeypatch.setattr(grading, "make_sandbox", lambda task, backend, **kw: sb)
+    before = time.monotonic()
+    with caplog.at_level("WARNING", logger="swe_gym.grading"):
+        report = grade_patch(_task(), "")
+    elapsed = time.monotonic() - before
+    assert (report.instance_id, report.resolved, report.reason) == ("t-1", False, "grading_error")
+    assert report.detail == "the grading sandbox did not start: RuntimeError: no room"
+    assert 0 <= report.duration_s <= elapsed
+    assert sb.closed == 1  # closed, and its failure to close is logged, not raised
+    assert "closing the grading sandbox failed: stuck" in caplog.text
+
+
+def test_an_error_inside_the_grading_is_a_report_with_its_cause(monkeypatch, caplog):
+    seen = []
+
+    def broken(sandbox, task, patch, timeout, report):
+        seen.append(timeout)
+        raise ValueError("v" * 5000)
+
+    sb = _Sandbox()
+    monkeypatch.setattr(grading, "make_sandbox", lambda task, backend, **kw: sb)
+    monkeypatch.setattr(grading, "_grade", broken)
+    before = time.monotonic()
+    with caplog.at_level("WARNING", logger="swe_gym.grading"):
+        report = grade_patch(_task(), "", timeout=7)
+    elapsed = time.monotonic() - before
+    assert seen == [7]  # the caller's test timeout reaches the grading
+    assert (report.instance_id, report.resolved, report.reason) == ("t-1", False, "grading_error")
+    assert report.detail == ("ValueError: " + "v" * 5000)[:4000]
+    assert 0 <= report.duration_s <= elapsed and sb.closed == 1
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("grading t-1 failed: v")]
+    assert record.exc_info is not None  # the traceback is logged
+
+
+def test_restore_test_files_checks_out_the_base_and_removes_new_ones(mini):
+    row, opts = mini
+    task = normalise_row({**row, "test_patch": _touching("tests/test_calc.py", "tests/test_new.py")})
+    sb = make_sandbox(task, "local", **opts)
+    sb.start()
+    try:
+        sb.run(f"cd {sb.workdir} && echo junk > tests/test_calc.py && echo x > tests/test_new.py")
+        grading.restore_test_files(sb, task)
+        assert sb.read_file("tests/test_calc.py").decode() == TESTS
+        assert "test_new.py" not in sb.run(f"ls {sb.workdir}/tests").output
+    finally:
+        sb.close()
+
+
+def test_the_patch_folder_is_gone_before_the_tests_run(mini):
+    """The diffs the grader applied (the hidden test patch among them) are removed from the
+    workdir before the suite runs: a test cannot read them."""
+    row, opts = mini
+    probe = (f"ls {grading._PATCH_DIR}/*.diff > /dev/null 2>&1 && echo PATCHES-LEFT; "
+             "python -m pytest -rA -p no:cacheprovider")
+    task = normalise_row({**row, "install_config": {**row["install_config"], "test_cmd": probe}})
+    report = grade_patch(task, row["patch"], sandbox_options=opts, timeout=120)
+    assert report.resolved, (report.reason, report.log_tail)
+    assert "PATCHES-LEFT" not in report.log_tail
