@@ -12,6 +12,7 @@ import time
 import pytest
 
 from swe_gym import grading
+from swe_gym.errors import SandboxUnavailable
 from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name, run_tests
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
@@ -120,6 +121,7 @@ def test_a_patch_that_does_not_apply_names_no_test_as_missing(mini):
     broken = row["patch"].replace("-    return a - b", "-    return a * b", 1)
     report = grade_patch(normalise_row(row), broken, sandbox_options=opts, timeout=120)
     assert report.reason == "model_patch_failed" and report.patch_applied_with is None
+    assert report.resolved is False  # a verdict, not an unset field
     assert report.missing == [] and report.parsed == 0  # no test ran, none went missing
     for cmd in ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5"):
         assert f"\n$ {cmd} " in "\n" + report.log_tail  # every fallback, one per line
@@ -229,6 +231,11 @@ def test_a_sandbox_that_fails_to_start_is_closed_and_reported(monkeypatch, caplo
     assert 0 <= report.duration_s <= elapsed
     assert sb.closed == 1  # closed, and its failure to close is logged, not raised
     assert "closing the grading sandbox failed: stuck" in caplog.text
+    # a missing backend is raised (a setup problem), and the sandbox is closed all the same
+    sb = _Sandbox(start_error=SandboxUnavailable("no bwrap"))
+    with pytest.raises(SandboxUnavailable, match="no bwrap"):
+        grade_patch(_task(), "")
+    assert sb.closed == 1
 
 
 def test_an_error_inside_the_grading_is_a_report_with_its_cause(monkeypatch, caplog):
@@ -250,7 +257,7 @@ def test_an_error_inside_the_grading_is_a_report_with_its_cause(monkeypatch, cap
     assert report.detail == ("ValueError: " + "v" * 5000)[:4000]
     assert 0 <= report.duration_s <= elapsed and sb.closed == 1
     (record,) = [r for r in caplog.records if r.getMessage().startswith("grading t-1 failed: v")]
-    assert record.exc_info is not None  # the traceback is logged
+    assert record.exc_info and record.exc_info[0] is ValueError  # the traceback is logged
 
 
 def test_restore_test_files_checks_out_the_base_and_removes_new_ones(mini):
