@@ -123,37 +123,57 @@ def _wire_call(data: Any, args_key: str) -> dict[str, Any] | None:
     }
 
 
+def _wire_calls(payloads: list[Any], args_key: str) -> list[dict[str, Any]] | None:
+    """Every payload as a wire call, or None if any is not one."""
+    calls = [_wire_call(data, args_key) for data in payloads]
+    return None if any(c is None for c in calls) else calls  # type: ignore[return-value]
+
+
+def _json_objects(body: str) -> list[Any]:
+    """The JSON values of ``body``, separated by ``;`` (a ``;`` inside a string is kept);
+    ``json.JSONDecodeError`` if it is anything else."""
+    decoder, out, i = json.JSONDecoder(), [], 0
+    while True:
+        data, i = decoder.raw_decode(body, len(body) - len(body[i:].lstrip()))
+        out.append(data)
+        rest = body[i:].lstrip()
+        if not rest:
+            return out
+        if not rest.startswith(";"):
+            raise json.JSONDecodeError("expected ';' between calls", body, len(body) - len(rest))
+        i = len(body) - len(rest) + 1
+
+
+def _hermes(text: str) -> tuple[str, list[Any], str] | None:
+    blocks = _CALL.findall(text)
+    if not blocks:
+        return None
+    return _CALL.sub("", text).strip(), [json.loads(block) for block in blocks], "arguments"
+
+
+def _llama3(text: str) -> tuple[str, list[Any], str] | None:
+    body = text.strip()
+    return ("", _json_objects(body), "parameters") if body.startswith("{") else None
+
+
+# form -> (content, call payloads, the payload's arguments key), None if no call is attempted;
+# json.JSONDecodeError on a malformed one
+_READERS = {HERMES: _hermes, LLAMA3_JSON: _llama3}
+
+
 def parse_tool_calls(text: str, form: str = HERMES) -> tuple[str, list[dict[str, Any]]]:
     """``(content, tool_calls)`` of a completion in ``form``: the text outside the calls and
     the calls in OpenAI's wire form (arguments as a JSON string). A call that is not
     well-formed JSON of the form leaves the whole text as content and no calls: the model did
     not make a call."""
-    if form == LLAMA3_JSON:
-        body = text.strip()
-        if not body.startswith("{"):
-            return text, []
-        calls = []
-        for part in body.split(";"):
-            try:
-                call = _wire_call(json.loads(part), "parameters")
-            except json.JSONDecodeError:
-                return text, []
-            if call is None:
-                return text, []
-            calls.append(call)
-        return "", calls
-    if form != HERMES:
+    if form not in _READERS:
         raise ValueError(f"unknown tool-call form {form!r}; choose one of {TOOL_CALL_FORMS}")
-    blocks = _CALL.findall(text)
-    if not blocks:
+    try:
+        read = _READERS[form](text)
+    except json.JSONDecodeError:
         return text, []
-    calls = []
-    for block in blocks:
-        try:
-            call = _wire_call(json.loads(block), "arguments")
-        except json.JSONDecodeError:
-            return text, []
-        if call is None:
-            return text, []
-        calls.append(call)
-    return _CALL.sub("", text).strip(), calls
+    if read is None:
+        return text, []
+    content, payloads, args_key = read
+    calls = _wire_calls(payloads, args_key)
+    return (content, calls) if calls is not None else (text, [])

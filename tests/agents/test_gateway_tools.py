@@ -305,6 +305,11 @@ def test_llama3_json_form_parses_only_whole_json_calls():
     assert content == ""
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
         ("a", {"k": 1}), ("b", {})]
+    # a ";" inside an argument is part of the call, not a separator
+    (call,) = parse_tool_calls('{"name": "bash", "parameters": {"command": "cd x; ls"}}',
+                               "llama3_json")[1]
+    assert json.loads(call["function"]["arguments"]) == {"command": "cd x; ls"}
+    assert parse_tool_calls('{"name": "a", "parameters": {}} ;', "llama3_json")[1] == []
     # the Hermes form is not read in a Llama reply, nor the Llama form in a Hermes one
     hermes = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
     assert parse_tool_calls(hermes, "llama3_json") == (hermes, [])
