@@ -24,6 +24,13 @@ editor's own message). Every end sets ``info["end_reason"]`` (None while the epi
   this: the sandbox starts a new shell and says so in the observation;
 - ``grading_error``: the grader could not give a verdict (truncated, reward 0, ``info["error"]``).
 
+A working copy whose diff passes the sandbox's bounds (``max_patch_bytes``, ``max_tree_bytes``,
+``diff_timeout``) is graded as not resolved with that reason (``patch_too_large``,
+``workspace_too_large``, ``diff_timed_out``): the agent's doing, not the env's failure.
+
+``suspect_policy``: what a patch earns that ``swe_gym.forgery`` flags (``report["suspect"]``):
+``"zero"`` (default) pays nothing, ``"grade"`` pays the tests' verdict.
+
 Stepping after the end, or before ``reset``, raises ``ResetNeeded``.
 
 ``sandbox_options`` go to the agent's sandbox (``swe_gym.sandbox.make_sandbox``);
@@ -40,7 +47,7 @@ from gymnasium.error import ResetNeeded
 
 from envs.selection import select_task
 from envs.spaces import UnicodeText
-from swe_gym.errors import SandboxError, unknown_choice
+from swe_gym.errors import DiffError, SandboxError, unknown_choice
 from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
 from swe_gym.sandbox import BACKENDS, DEFAULT_COMMAND_TIMEOUT, Sandbox, make_sandbox
 from swe_gym.tasks import Task, TaskSource, load_tasks
@@ -70,6 +77,10 @@ def _bounded(obs: str) -> str:
     return obs
 
 
+SUSPECT_POLICIES = ("zero", "grade")
+DIFF_BOUNDS = ("patch_too_large", "workspace_too_large", "diff_timed_out")
+
+
 class SWEEnv(gym.Env[str, str]):
     """Multi-turn SWE environment. See the module docstring for the episode contract."""
 
@@ -90,11 +101,14 @@ class SWEEnv(gym.Env[str, str]):
         sandbox_options: dict[str, Any] | None = None,
         grading_sandbox_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
+        suspect_policy: str = "zero",
     ):
         if backend not in BACKENDS:
             raise unknown_choice("backend", backend, BACKENDS)
         if action_format not in ACTION_FORMATS:
             raise unknown_choice("action_format", action_format, ACTION_FORMATS)
+        if suspect_policy not in SUSPECT_POLICIES:
+            raise unknown_choice("suspect_policy", suspect_policy, SUSPECT_POLICIES)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise unknown_choice("render_mode", render_mode, self.metadata["render_modes"])
         if not isinstance(max_turns, int) or max_turns < 1:
@@ -118,6 +132,7 @@ class SWEEnv(gym.Env[str, str]):
             else dict(grading_sandbox_options)
         )
         self.render_mode = render_mode
+        self.suspect_policy = suspect_policy
         self.observation_space = UnicodeText(MAX_TEXT)
         self.action_space = UnicodeText(MAX_TEXT)
         self.system_prompt = system_prompt(action_format, self.command_timeout)
@@ -184,13 +199,15 @@ class SWEEnv(gym.Env[str, str]):
                     truncated = True
                     obs = f"Submitted, but the submission could not be graded: {end['error']}"
                 else:
-                    reward, terminated = float(report.resolved), True
+                    reward, terminated = self._reward(report), True
                     end = {"end_reason": "submitted"}
                     obs = "Submitted. " + (
                         "The tests pass: resolved."
                         if report.resolved
                         else f"Not resolved ({report.reason})."
                     )
+                    if report.reason in DIFF_BOUNDS:
+                        obs += f" {report.detail}"
             else:
                 obs, end = self._tool_step(parsed, info)
                 truncated = bool(end)
@@ -201,7 +218,7 @@ class SWEEnv(gym.Env[str, str]):
             if self.grade_on_truncation:
                 report, failed = self._grade()
                 end = failed or end
-                reward = float(report.resolved) if report and not failed else 0.0
+                reward = self._reward(report) if report and not failed else 0.0
         if terminated or truncated:
             self._done = True
             info["patch"] = self._last_patch if self._last_patch is not None else self._safe_diff()
@@ -296,6 +313,10 @@ class SWEEnv(gym.Env[str, str]):
         assert self.sandbox is not None and self.task is not None
         try:
             self._last_patch = self.sandbox.diff()
+        except DiffError as e:  # a bound the agent's working copy passed: its doing, a verdict
+            self._last_patch = ""
+            report = GradingReport(self.task.instance_id, False, e.end_reason, detail=str(e))
+            return report, {}
         except Exception as e:  # noqa: BLE001
             self._last_patch = ""  # nothing to report, nor to try again
             return None, {
@@ -318,6 +339,12 @@ class SWEEnv(gym.Env[str, str]):
                 "error": report.detail or "grading error",
             }
         return report, {}
+
+    def _reward(self, report: GradingReport) -> float:
+        """1.0 for a resolved report, unless it is suspect and the policy says 0."""
+        if report.suspect and self.suspect_policy == "zero":
+            return 0.0
+        return float(report.resolved)
 
     def _info(self, tool: str | None, invalid: InvalidAction | None = None) -> dict[str, Any]:
         return {

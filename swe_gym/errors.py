@@ -27,6 +27,34 @@ class SandboxUnavailable(SandboxError):
     """A backend's prerequisite is missing (bubblewrap, a Docker daemon, an image)."""
 
 
+class FileTooLarge(SWEGymError, OSError):
+    """A sandbox file is over the byte limit its reader asked for (``read_file(max_bytes=)``).
+    The size comes from the trusted side (an fstat, the daemon's stat), never from the agent."""
+
+    def __init__(self, size: int, limit: int, path: str = ""):
+        self.size, self.limit, self.path = size, limit, path
+        where = f"{path} is" if path else "the file is"
+        super().__init__(
+            f"{where} {size} bytes, more than the limit of {limit} bytes; read parts of it with "
+            "head, tail or sed -n '10,40p' FILE"
+        )
+
+    def __reduce__(self):  # pickles (a worker process's error) with its own arguments
+        return type(self), (self.size, self.limit, self.path)
+
+
+class DiffError(SandboxError):
+    """The working copy's diff could not be taken within its bounds. ``end_reason`` names the
+    bound for the env: ``patch_too_large``, ``workspace_too_large`` or ``diff_timed_out``."""
+
+    def __init__(self, end_reason: str, message: str):
+        self.end_reason = end_reason
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.end_reason, str(self))
+
+
 class GradingError(SWEGymError, RuntimeError):
     """Grading could not run at all (as opposed to a task that is simply not resolved)."""
 

@@ -1,87 +1,68 @@
-"""Grading by the SWE-bench rule (methods.md section 2), pinned to ``swebench==5.0.2``.
+"""Grading: a patch, a fresh sandbox, the task's tests, a verdict the patch cannot forge.
 
-Rule followed (the v5 harness): the model patch is applied to a *fresh* sandbox at
-``base_commit`` (``git apply`` -> ``git apply --reject`` -> ``patch --fuzz=5 -p1``), the task's
-test files are restored and its ``test_patch`` applied, the test command runs between the
-harness's output markers with its exit status recorded, and the log is parsed by the task's log
-parser from ``swebench.harness.log_parsers``. ``swebench.harness.grading`` then decides: a test
-passes if PASSED or XFAIL; missing, FAILED, ERROR fail, and a *skipped* F2P test fails (v5); a
-skipped P2P test is not a regression; an empty status map with no sign that the suite ran is an
-invalid run, as is a non-zero exit with no failure reported. Resolved iff every F2P and every
-P2P test passes (``ResolvedStatus.FULL``).
+Flow (``grade_in_sandbox``), in a *fresh* sandbox at ``base_commit`` (only the diff crosses over
+from the agent's sandbox, as bytes):
 
-Grading in a fresh sandbox means the agent's installed packages or stray processes cannot
-change the verdict: only its diff crosses over. Of that diff, every change to test
-infrastructure (conftest files, test configuration, the task's test files, ...) is reverted
-before the test patch is applied; the rule is in ``swe_gym.testinfra`` and the reverted paths
-are ``GradingReport.dropped``. A patch touching ``.git`` is refused.
-
-The test log is written to a file in the grading sandbox and read back whole (up to
-``LOG_LIMIT`` bytes; past it the head and tail are kept and ``log_truncated`` is set), so
-parsing never sees the agent's 16,000-character observation cap. ``parsed`` counts the statuses
-found; ``missing`` names expected tests absent from the log (they count as failed).
+1. The task's environment is probed before anything of the patch is present
+   (``swe_gym.verdict.probe_environment``: its pytest plugins, its installed modules), and the
+   base text of every Python file the patch adds lines to is read for the static check.
+2. The model patch is refused when a header path reaches into ``.git`` (any quoting or letter
+   case), is absolute or climbs out (``swe_gym.patches.unsafe_path``); it applies with
+   ``git apply`` only (``model_patch_failed`` with git's message otherwise).
+3. Every test-infrastructure path it changed is reverted (``swe_gym.testinfra``, reported as
+   ``dropped``), the task's test files are restored and its ``test_patch`` applied.
+4. The tests run with plugin auto-loading off and the grader's plugin recording each outcome
+   (``swe_gym.verdict``); the log is read whole (``swe_gym.testrun``) and parsed by the row's
+   ``swebench`` parser. For a pytest run, records that are missing, unsigned, incomplete (the
+   session never finished: ``os._exit``) or that do not back a passing test of the log fail the
+   run (``channel_missing``, ``channel_forged``, ``session_incomplete``, ``results_mismatch``).
+5. The verdict, by ``rule``: ``"rl"`` (default, the reward) requires every FAIL_TO_PASS test
+   PASSED (an XFAIL, XPASS or skip is not a fix) and every PASS_TO_PASS test passing by the
+   ``swebench`` rule; ``"official"`` is ``swebench``'s rule (``get_eval_tests_report``,
+   ``get_resolution_status``: PASSED or XFAIL pass, a skipped F2P fails, a skipped P2P is no
+   regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``).
+6. ``swe_gym.forgery`` scans the patch's added lines for the known forgery families; findings
+   are ``suspect`` (what they earn is the env's ``suspect_policy``).
 
 Grading never raises for what the patch does: any error becomes a report with reason
 ``grading_error`` and the message in ``detail``; the sandbox is always closed. Reasons:
 ``model_patch_failed``, ``test_patch_failed``, ``tests_timed_out``, ``suite_did_not_run``,
-``tests_failed``, ``no_fail_to_pass`` (the task lists no FAIL_TO_PASS test: never resolved),
-``grading_error``.
+``tests_failed``, ``no_fail_to_pass``, the channel's four above, ``grading_error``.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from swebench.harness.constants import (
-    END_TEST_OUTPUT,
-    FAIL_TO_PASS,
-    PASS_TO_PASS,
-    START_TEST_OUTPUT,
-    TEST_EXIT_CODE,
-    ResolvedStatus,
-)
-from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
-from swebench.harness.log_parsers import PARSER_REGISTRY
-from swebench.types import TestSpec
+from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatus
+from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
+from swe_gym import forgery, verdict
 from swe_gym.errors import SandboxUnavailable, unknown_choice
+from swe_gym.patches import apply_patch, patch_paths, unsafe_path
+from swe_gym.patches import restore_test_files as _restore_test_files
 from swe_gym.sandbox import Sandbox, make_sandbox
 from swe_gym.tasks import Task
-from swe_gym.testinfra import WORK_DIR, git_path_in_patch, restore, revert_test_infra, start_watch
+from swe_gym.testinfra import WORK_DIR, revert_test_infra, start_watch
+from swe_gym.testrun import (
+    DEFAULT_TEST_CMD,
+    DEFAULT_TEST_TIMEOUT,
+    LOG_LIMIT,
+    TestRun,
+    env_prefix,
+    log_parser_name,
+    run_tests,
+    test_command,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEST_TIMEOUT = 900.0
-LOG_LIMIT = 64 * 2**20  # bytes of test log read back; past it the middle is cut
+RULES = ("rl", "official")
 _PATCH_DIR = WORK_DIR  # inside the grading sandbox's workdir; removed before tests run
-_LOG = f"{WORK_DIR}/test.log"
-
-# SWE-bench rows carry no install spec (it lives in the harness by repo); these are the parsers
-# and test commands the SWE-bench harness uses for the SWE-bench Verified repositories.
-_SWEBENCH_REPO_PARSER = {
-    "django/django": "parse_log_django",
-    "sympy/sympy": "parse_log_sympy",
-    "sphinx-doc/sphinx": "parse_log_sphinx",
-    "matplotlib/matplotlib": "parse_log_matplotlib",
-    "mwaskom/seaborn": "parse_log_seaborn",
-    "astropy/astropy": "parse_log_astropy",
-    "pydata/xarray": "parse_log_xarray",
-    "scikit-learn/scikit-learn": "parse_log_scikit",
-    "pylint-dev/pylint": "parse_log_pylint",
-    "psf/requests": "parse_log_requests",
-    "pallets/flask": "parse_log_flask",
-}
-_SWEBENCH_REPO_TEST_CMD = {
-    "django/django": "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1",
-    "sympy/sympy": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose",
-    "sphinx-doc/sphinx": "tox --current-env -epy39 -v --",
-}
-DEFAULT_TEST_CMD = "pytest -rA"
 
 
 @dataclass
@@ -98,7 +79,7 @@ class GradingReport:
     p2p_pass: float = 0.0
     f2p_failed: list[str] = field(default_factory=list)
     p2p_failed: list[str] = field(default_factory=list)
-    patch_applied_with: str | None = None  # git apply | git apply --reject | patch --fuzz=5
+    patch_applied_with: str | None = None  # git apply | empty (None: refused)
     exit_code: int | None = None
     duration_s: float = 0.0
     log_tail: str = ""
@@ -106,168 +87,35 @@ class GradingReport:
     missing: list[str] = field(default_factory=list)  # expected tests absent from the log
     dropped: list[str] = field(default_factory=list)  # test-infrastructure paths reverted
     log_truncated: bool = False  # the log passed LOG_LIMIT and its middle was cut
-    detail: str = ""  # why, for model_patch_failed (.git) and grading_error
+    detail: str = ""  # why, for model_patch_failed, the channel's reasons and grading_error
+    rule: str = "rl"  # rl | official (see the module doc)
+    channel: str = "none"  # checked | none (not a pytest run) | the channel's problem
+    mismatch: list[str] = field(default_factory=list)  # logged as passing, not so recorded
+    suspect: list[str] = field(default_factory=list)  # swe_gym.forgery findings
+    plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def log_parser_name(task: Task) -> str:
-    cfg = task.install_config or {}
-    name = cfg.get("log_parser") or _SWEBENCH_REPO_PARSER.get(task.repo, "parse_log_pytest")
-    if name not in PARSER_REGISTRY:
-        raise unknown_choice(f"log_parser for task {task.instance_id}:", name, PARSER_REGISTRY)
-    return name
-
-
-def test_command(task: Task) -> str:
-    """The task's test command followed by the test files its test patch touches."""
-    cfg = task.install_config or {}
-    base = cfg.get("test_cmd") or _SWEBENCH_REPO_TEST_CMD.get(task.repo, DEFAULT_TEST_CMD)
-    if isinstance(base, list):  # some SWE-rebench rows store a list of commands
-        base = " && ".join(base)
-    files = [f for f in task.test_files if f.endswith(".py")] or task.test_files
-    return f"{base} {' '.join(shlex.quote(f) for f in files)}".strip()
-
-
-def _env_prefix(task: Task) -> str:
-    env = (task.install_config or {}).get("env_vars") or {}
-    return "".join(f"export {k}={shlex.quote(str(v))}; " for k, v in env.items())
-
-
-def apply_patch(
-    sandbox: Sandbox, patch: str, name: str = "model", base_commit: str | None = None
-) -> tuple[str | None, str]:
-    """Apply ``patch`` in the sandbox with the harness's fallbacks. Returns (method, log).
-
-    A failed try is undone before the next: the whole tree is reset, or with ``base_commit``
-    only the patch's own files (so a test patch does not wipe the model patch)."""
-    if not patch.strip():
-        return "empty", ""
-    if not patch.endswith("\n"):
-        patch += "\n"
-    rel = f"{_PATCH_DIR}/{name}.diff"
-    sandbox.write_file(rel, patch)
-    logs = []
-    for method, cmd in (
-        ("git apply", f"git apply --verbose {rel}"),
-        ("git apply --reject", f"git apply --verbose --reject {rel}"),
-        ("patch --fuzz=5", f"patch --batch --fuzz=5 -p1 -i {rel}"),
-    ):
-        res = sandbox.run(f"cd {shlex.quote(sandbox.workdir)} && {cmd}", timeout=60)
-        logs.append(f"$ {cmd}\n{res.output}")
-        if res.exit_code == 0:
-            return method, "\n".join(logs)
-        # A failed --reject leaves partial hunks and .rej files: start the next try clean.
-        if base_commit is None:
-            sandbox.run(
-                f"cd {shlex.quote(sandbox.workdir)} && git checkout -q -- . && git clean -fdq -e {_PATCH_DIR}",
-                timeout=60,
-            )
-        else:
-            _reset_paths(sandbox, base_commit, patch_paths(patch))
-    return None, "\n".join(logs)
-
-
-def patch_paths(patch: str) -> list[str]:
-    from swe_gym.tasks import patch_files
-
-    files = patch_files(patch)
-    return files + [f + suffix for f in files for suffix in (".rej", ".orig")]
-
-
-def _reset_paths(sandbox: Sandbox, base_commit: str, paths: list[str]) -> None:
-    q = " ".join(shlex.quote(p) for p in paths)
-    res = sandbox.run(
-        f'cd {shlex.quote(sandbox.workdir)} && for p in {q}; do git cat-file -e {base_commit}:"$p" '
-        "2>/dev/null && printf '%s\\n' \"$p\"; done",
-        timeout=60,
-    )
-    restore(sandbox, base_commit, paths, set(res.output.splitlines()))
-
-
 def restore_test_files(sandbox: Sandbox, task: Task) -> None:
     """Put the task's test files back to ``base_commit`` (deleting ones that did not exist)."""
-    for path in task.test_files:
-        q = shlex.quote(path)
-        sandbox.run(
-            f"cd {shlex.quote(sandbox.workdir)} && (git checkout -q {task.base_commit} -- {q} 2>/dev/null || rm -f {q})",
-            timeout=60,
-        )
-
-
-@dataclass
-class TestRun:
-    status: dict[str, str]
-    valid: bool  # False: the suite did not run (or its log contradicts its exit status)
-    timed_out: bool
-    exit_code: int | None
-    log: str
-    truncated: bool = False  # the log passed LOG_LIMIT and its middle was cut
-
-
-def _cut_log(limit: int) -> str:
-    """Shell: past ``limit`` bytes keep the log's head and tail, say the cut, print CUT."""
-    half = limit // 2
-    return (
-        f'__s=$(stat -c %s {_LOG}) && if [ "$__s" -gt {limit} ]; then {{ head -c {half} {_LOG}; '
-        f"printf '\\n<log truncated: %s bytes, middle cut>\\n' \"$__s\"; tail -c {half} {_LOG}; }} "
-        f"> {_LOG}.cut && mv {_LOG}.cut {_LOG} && echo CUT; fi"
-    )
-
-
-def _read_log(sandbox: Sandbox) -> str:
-    try:
-        return sandbox.read_file(_LOG).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-
-
-def run_tests(
-    sandbox: Sandbox, task: Task, timeout: float = DEFAULT_TEST_TIMEOUT, log_limit: int = LOG_LIMIT
-) -> TestRun:
-    """Run the task's test command in ``sandbox`` (test patch already applied) and parse its
-    complete log, written to a file in the sandbox (never through the output cap) and read
-    back whole up to ``log_limit`` bytes (past it the head and tail, the cut said)."""
-    wd = shlex.quote(sandbox.workdir)
-    cmd = (
-        f"cd {wd} && mkdir -p {WORK_DIR} && {{ {_env_prefix(task)}"
-        f"echo '{START_TEST_OUTPUT}'; {test_command(task)}; __swe_rc=$?; "
-        f"echo '{END_TEST_OUTPUT}'; echo '{TEST_EXIT_CODE}: '$__swe_rc; }} > {_LOG} 2>&1 < /dev/null; "
-        f"cd {wd} && tail -n 1 {_LOG}; {_cut_log(log_limit)}"
-    )
-    res = sandbox.run(cmd, timeout=timeout)
-    if res.timed_out:  # the command was killed before its cut: cut now
-        cut = sandbox.run(f"cd {wd} && {_cut_log(log_limit)}", timeout=120)
-        return TestRun({}, False, True, None, _read_log(sandbox), "CUT" in cut.output)
-    text, truncated = _read_log(sandbox), "CUT" in res.output.splitlines()
-    spec = TestSpec(
-        instance_id=task.instance_id,
-        image="",
-        eval_script_list=[],
-        repo=task.repo,
-        version=task.version,
-        FAIL_TO_PASS=task.FAIL_TO_PASS,
-        PASS_TO_PASS=task.PASS_TO_PASS,
-        log_parser=log_parser_name(task),
-    )
-    # get_logs_eval reads a file: keep the harness's own checks rather than re-implementing them.
-    with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        status, valid = get_logs_eval(spec, f.name)
-    first = res.output.strip().splitlines()[0] if res.output.strip() else ""
-    code = first.rpartition(": ")[2]
-    return TestRun(status, valid, False, int(code) if code.isdigit() else None, text, truncated)
+    _restore_test_files(sandbox, task.base_commit, task.test_files)
 
 
 def grade_in_sandbox(
-    sandbox: Sandbox, task: Task, patch: str, timeout: float = DEFAULT_TEST_TIMEOUT
+    sandbox: Sandbox,
+    task: Task,
+    patch: str,
+    timeout: float = DEFAULT_TEST_TIMEOUT,
+    rule: str = "rl",
 ) -> GradingReport:
     """Grade ``patch`` in a started sandbox that holds a clean copy at ``base_commit``.
     Never raises: an error becomes reason ``grading_error``."""
+    if rule not in RULES:
+        raise unknown_choice("rule", rule, RULES)
     t0 = time.monotonic()
-    report = GradingReport(task.instance_id, resolved=False, reason=None)
+    report = GradingReport(task.instance_id, resolved=False, reason=None, rule=rule)
     try:
         _grade(sandbox, task, patch, timeout, report)
     except Exception as e:  # whatever the patch made happen, the verdict is a report
@@ -278,31 +126,52 @@ def grade_in_sandbox(
     return report
 
 
+def _base_texts(sandbox: Sandbox, patch: str) -> dict[str, str | None]:
+    """The base text of each Python file the patch adds lines to (the tree is at base)."""
+    out: dict[str, str | None] = {}
+    for path in forgery.added_lines(patch):
+        if path.endswith((".py", ".pyi")):
+            try:
+                out[path] = sandbox.read_file(path).decode("utf-8", "replace")
+            except (FileNotFoundError, IsADirectoryError, ValueError, OSError):
+                out[path] = None
+    return out
+
+
 def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: GradingReport) -> None:
-    bad = git_path_in_patch(patch)
+    bad = unsafe_path(patch)
     if bad is not None:
-        report.reason, report.detail = (
-            "model_patch_failed",
-            f"the patch touches a .git path: {bad!r}",
-        )
+        report.reason, report.detail = "model_patch_failed", bad
         _finish(report, task, {})
         return
+    env = verdict.probe_environment(sandbox, env_prefix(task))
+    if env.error:
+        log.warning("grading %s: %s", task.instance_id, env.error)
+    report.suspect = [
+        str(f) for f in forgery.scan(patch, task.test_files, _base_texts(sandbox, patch))
+    ]
     start_watch(sandbox)
     method, applied = apply_patch(sandbox, patch, "model")
     report.patch_applied_with = method
     if method is None:
         report.reason, report.log_tail = "model_patch_failed", applied[-4000:]
+        report.detail = "git apply refused the patch"
         _finish(report, task, {})
         return
-    report.dropped = revert_test_infra(sandbox, task.base_commit, task.test_files)
+    report.dropped = revert_test_infra(sandbox, task.base_commit, task.test_files, env.modules)
     restore_test_files(sandbox, task)
-    test_method, test_log = apply_patch(sandbox, task.test_patch, "test", task.base_commit)
+    test_method, test_log = apply_patch(sandbox, task.test_patch, "test", task.base_commit, strict=False)
     sandbox.run(f"rm -rf {shlex.quote(sandbox.workdir)}/{_PATCH_DIR}", timeout=30)
     if test_method is None:
         report.reason, report.log_tail = "test_patch_failed", test_log[-4000:]
         _finish(report, task, {})
         return
-    run = run_tests(sandbox, task, timeout)
+    parser = log_parser_name(task)
+    use_channel = parser in verdict.PYTEST_PARSERS and (task.install_config or {}).get(
+        "verdict_channel", True
+    )
+    channel = verdict.prepare(sandbox, WORK_DIR, env) if use_channel else None
+    run = run_tests(sandbox, task, timeout, channel=channel)
     report.exit_code, report.log_tail, report.log_truncated = (
         run.exit_code,
         run.log[-4000:],
@@ -312,7 +181,27 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         report.reason = "tests_timed_out"
     elif not run.valid:
         report.reason = "suite_did_not_run"
+    elif channel is not None:
+        _check_channel(report, task, run, verdict.read_channel(sandbox, channel), parser)
     _finish(report, task, run.status, ran=not run.timed_out)
+
+
+def _check_channel(
+    report: GradingReport, task: Task, run: TestRun, res: verdict.ChannelResult, parser: str
+) -> None:
+    report.plugins = res.plugins
+    if res.problem is not None:
+        report.channel, report.reason, report.detail = res.problem, res.problem, res.detail
+        return
+    report.channel = "checked"
+    chan = verdict.channel_status(res, parser)
+    report.mismatch = verdict.compare(run.status, chan, task.FAIL_TO_PASS + task.PASS_TO_PASS)
+    if report.mismatch:
+        report.reason = "results_mismatch"
+        report.detail = "the log shows passing what the grader's records do not: " + ", ".join(
+            f"{t} (log {run.status.get(t)}, records {chan.get(t, 'absent')})"
+            for t in report.mismatch[:20]
+        )
 
 
 def _finish(
@@ -323,8 +212,14 @@ def _finish(
         report.missing = [t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if t not in status]
     if not task.FAIL_TO_PASS and report.reason is None:
         report.reason = "no_fail_to_pass"  # the swebench rule would count it resolved
+    judged = status
+    if report.rule == "rl":  # a fix makes its failing tests pass, not xfail or skip
+        judged = {
+            **status,
+            **{t: "FAILED" for t in task.FAIL_TO_PASS if status.get(t, "PASSED") != "PASSED"},
+        }
     tests = get_eval_tests_report(
-        status, {FAIL_TO_PASS: task.FAIL_TO_PASS, PASS_TO_PASS: task.PASS_TO_PASS}
+        judged, {FAIL_TO_PASS: task.FAIL_TO_PASS, PASS_TO_PASS: task.PASS_TO_PASS}
     )
     f2p, p2p = tests[FAIL_TO_PASS], tests[PASS_TO_PASS]
     report.f2p_failed = [t for t in task.FAIL_TO_PASS if t not in f2p["success"]]
@@ -351,11 +246,15 @@ def grade_patch(
     backend: str = "local",
     sandbox_options: dict[str, Any] | None = None,
     timeout: float = DEFAULT_TEST_TIMEOUT,
+    rule: str = "rl",
 ) -> GradingReport:
     """Grade ``patch`` for ``task`` in a fresh sandbox; the sandbox is always closed.
+    ``rule``: ``"rl"`` (the reward) or ``"official"`` (swebench's; see the module doc).
 
     Raises only ``SandboxUnavailable`` (the backend is missing: a setup problem); every other
     failure, starting the sandbox included, is a report with reason ``grading_error``."""
+    if rule not in RULES:
+        raise unknown_choice("rule", rule, RULES)
     t0 = time.monotonic()
     sandbox = None
     try:
@@ -371,7 +270,7 @@ def grade_patch(
         report.duration_s = time.monotonic() - t0
         return report
     try:
-        return grade_in_sandbox(sandbox, task, patch, timeout)
+        return grade_in_sandbox(sandbox, task, patch, timeout, rule)
     finally:
         _close(sandbox)
 
@@ -383,3 +282,21 @@ def _close(sandbox: Sandbox | None) -> None:
         sandbox.close()
     except Exception as e:  # a verdict is already made; a leak is logged, not raised
         log.warning("closing the grading sandbox failed: %s", e)
+
+
+__all__ = [
+    "DEFAULT_TEST_CMD",
+    "DEFAULT_TEST_TIMEOUT",
+    "LOG_LIMIT",
+    "RULES",
+    "GradingReport",
+    "TestRun",
+    "apply_patch",
+    "grade_in_sandbox",
+    "grade_patch",
+    "log_parser_name",
+    "patch_paths",
+    "restore_test_files",
+    "run_tests",
+    "test_command",
+]

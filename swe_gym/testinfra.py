@@ -10,19 +10,22 @@ applies the task's test patch and runs the tests. The reverted paths are reporte
 - it lies under a test directory: ``tests/`` at any depth, or ``test/`` / ``testing/`` at the
   top level (``django/test/`` or ``numpy/testing/`` are library code and stay editable), or
   its name is ``test_*.py`` / ``*_test.py``;
-- its name is ``conftest.py``, ``pytest.ini``, ``.pytest.ini``, ``tox.ini`` (whole file),
+- its name, in any letter case, is ``conftest.py``, ``pytest.ini``, ``.pytest.ini``,
+  ``pytest.toml``, ``.pytest.toml``, ``tox.ini`` (whole file),
   ``sitecustomize.py``, ``usercustomize.py`` or ``*.pth``, or it is compiled bytecode
   (``__pycache__``, ``*.pyc``), pytest's cache (``.pytest_cache``) or installed metadata
   (``*.egg-info`` / ``*.dist-info``: entry points register plugins);
 - it is a *new* module named like the test runner (``pytest``, ``_pytest``, ``pluggy``,
   ``py``), which would shadow it on ``sys.path`` (editing an existing one, as in pytest's own
-  repository, is allowed);
+  repository, is allowed), or a new top-level module named like one the task's environment
+  installs (its plugins, their dependencies);
+- it is a case variant of ``pyproject.toml`` or ``setup.cfg``;
 - it is a ``pyproject.toml`` or ``setup.cfg`` whose test configuration changed
   (``[tool.pytest*]``, ``[tool:pytest]``, ``pytest11`` entry points) or that no longer parses.
   Such a file is reverted whole: its other edits (``[project]`` metadata) are lost with it;
   edits that leave the test configuration alone are kept.
 
-A patch touching ``.git`` is refused outright (``model_patch_failed``): git would read it.
+A patch touching ``.git`` is refused outright (``swe_gym.patches.unsafe_path``).
 
 Not covered, by nature: the patched library code itself runs inside the test process and can
 still misbehave on purpose (monkeypatch the runner, print fake results, exit early). This rule
@@ -41,14 +44,17 @@ from typing import Any
 from swe_gym.sandbox import Sandbox
 
 WORK_DIR = ".swe_gym_grading"  # grading's scratch folder inside the working copy
-_ALWAYS = {
+_ALWAYS = {  # compared in lower case: a case variant is dropped as well
     "conftest.py",
     "pytest.ini",
     ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
     "tox.ini",
     "sitecustomize.py",
     "usercustomize.py",
 }
+_CONFIGS = ("pyproject.toml", "setup.cfg")  # reverted when their test configuration changed
 _NO_NEW = {"pytest", "_pytest", "pluggy", "py"}  # runner modules a new file must not shadow
 _META = (".egg-info", ".dist-info")
 _HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |rename (?:from|to) |copy (?:from|to) )(.*)$")
@@ -56,30 +62,30 @@ _HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |rename (?:from|to) |copy (?:
 _TICK_S = 0.03
 
 
-def git_path_in_patch(patch: str) -> str | None:
-    """The first header path of ``patch`` with a ``.git`` component, or None."""
-    for line in patch.splitlines():
-        m = _HEADER.match(line)
-        if m and ".git" in re.split(r"[/\s\\]+", m.group(1)):
-            return m.group(1).strip()
-    return None
-
-
-def protected_by_name(path: str, test_files: list[str], in_base: bool) -> bool:
-    """Whether ``path`` is test infrastructure by its name alone (see the module doc)."""
+def protected_by_name(
+    path: str, test_files: list[str], in_base: bool, shadowed: frozenset[str] = frozenset()
+) -> bool:
+    """Whether ``path`` is test infrastructure by its name alone (see the module doc). Names
+    are compared in lower case. ``shadowed``: installed top-level modules the base does not
+    hold; a new top-level file or folder named like one would be imported in its place."""
     parts = path.split("/")
-    name = parts[-1]
+    low = [p.lower() for p in parts]
+    name = low[-1]
     if path in test_files or any(t.startswith(path + "/") for t in test_files):
         return True
-    if "tests" in parts[:-1] or (len(parts) > 1 and parts[0] in ("test", "testing")):
+    if "tests" in low[:-1] or (len(low) > 1 and low[0] in ("test", "testing")):
         return True
     if name in _ALWAYS or name.endswith((".pth", ".pyc", ".pyo")):
         return True
+    if name in _CONFIGS and parts[-1] != name:  # a case variant of a config file
+        return True
     if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
         return True
-    if "__pycache__" in parts or ".pytest_cache" in parts or any(p.endswith(_META) for p in parts):
+    if "__pycache__" in low or ".pytest_cache" in low or any(p.endswith(_META) for p in low):
         return True
-    if not in_base and any(p.removesuffix(".py") in _NO_NEW for p in parts):
+    if not in_base and any(p.removesuffix(".py") in _NO_NEW for p in low):
+        return True
+    if not in_base and parts[0].split(".")[0] in shadowed:
         return True
     return False
 
@@ -130,6 +136,11 @@ def start_watch(sandbox: Sandbox) -> None:
     )
 
 
+def _nul_list(paths: list[str]) -> bytes:
+    """Paths as git prints them with ``-z`` (names are bytes: undecodable ones kept)."""
+    return "".join(p + "\0" for p in paths).encode("utf-8", "surrogateescape")
+
+
 def _read_list(sandbox: Sandbox, rel: str) -> list[str]:
     raw = sandbox.read_file(rel).decode("utf-8", "surrogateescape")
     return [p for p in raw.split("\0") if p]
@@ -151,7 +162,7 @@ def changed_paths(sandbox: Sandbox) -> list[str]:
 
 
 def _in_base(sandbox: Sandbox, base: str, paths: list[str]) -> set[str]:
-    sandbox.write_file(f"{WORK_DIR}/paths", "\0".join(paths) + "\0")
+    sandbox.write_file(f"{WORK_DIR}/paths", _nul_list(paths))
     wd = shlex.quote(sandbox.workdir)
     sandbox.run(
         f"cd {wd} && while IFS= read -r -d '' p; do git cat-file -e {base}:\"$p\" 2>/dev/null "
@@ -174,17 +185,28 @@ def _base_text(sandbox: Sandbox, base: str, path: str) -> str:
     return sandbox.read_file(f"{WORK_DIR}/base_cfg").decode("utf-8", "replace")
 
 
-def revert_test_infra(sandbox: Sandbox, base_commit: str, test_files: list[str]) -> list[str]:
-    """Revert the test-infrastructure paths changed since ``start_watch``; returns them."""
+def _base_top(sandbox: Sandbox, base: str) -> set[str]:
+    """Module names the base commit's top level holds (``x.py``, ``x/``)."""
+    wd = shlex.quote(sandbox.workdir)
+    sandbox.run(f"cd {wd} && git ls-tree -z --name-only {base} > {WORK_DIR}/top", timeout=60)
+    return {p.split(".")[0] for p in _read_list(sandbox, f"{WORK_DIR}/top")}
+
+
+def revert_test_infra(
+    sandbox: Sandbox, base_commit: str, test_files: list[str], installed: set[str] | None = None
+) -> list[str]:
+    """Revert the test-infrastructure paths changed since ``start_watch``; returns them.
+    ``installed``: the environment's top-level module names (``swe_gym.verdict``)."""
     changed = changed_paths(sandbox)
     if not changed:
         return []
     in_base = _in_base(sandbox, base_commit, changed)
+    shadowed = frozenset((installed or set()) - _base_top(sandbox, base_commit))
     dropped = []
     for path in changed:
-        if protected_by_name(path, test_files, path in in_base):
+        if protected_by_name(path, test_files, path in in_base, shadowed):
             dropped.append(path)
-        elif posixpath.basename(path) in ("pyproject.toml", "setup.cfg"):
+        elif posixpath.basename(path) in _CONFIGS:
             try:
                 after = _text(sandbox, path)
             except (ValueError, OSError, UnicodeDecodeError):  # a link out, a folder, binary
@@ -202,9 +224,9 @@ def restore(sandbox: Sandbox, base_commit: str, paths: list[str], in_base: set[s
     """Remove ``paths`` (ancestors first, so a link is removed, not followed), then check out
     those that exist at ``base_commit``."""
     ordered = sorted(paths, key=lambda p: (p.count("/"), p))
-    sandbox.write_file(f"{WORK_DIR}/drop", "\0".join(ordered) + "\0")
+    sandbox.write_file(f"{WORK_DIR}/drop", _nul_list(ordered))
     keep = [p for p in ordered if p in in_base]
-    sandbox.write_file(f"{WORK_DIR}/restore", "\0".join(keep) + "\0")
+    sandbox.write_file(f"{WORK_DIR}/restore", _nul_list(keep))
     wd = shlex.quote(sandbox.workdir)
     cmd = f"cd {wd} && xargs -0 rm -rf -- < {WORK_DIR}/drop"
     if keep:

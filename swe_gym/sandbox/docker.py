@@ -13,8 +13,8 @@ whose output arrives as 8-byte-header multiplexed frames. Per-command timeouts k
 command's process groups with a second exec; when that is impossible (a fork bomb at the pids
 limit) the container's processes are all killed and it is started again (files kept).
 Files go through the archive API (``swe_gym.sandbox.docker_files``), not the shell; the diff
-is taken by a fresh exec with a clean environment and a private git dir, never by the agent's
-shell or its ``.git/config`` (``swe_gym.sandbox.gitdiff``). Disk: ``/tmp`` is a tmpfs capped
+runs nothing in the container: ``/testbed`` is streamed out as an archive and diffed by the
+host's git (``swe_gym.sandbox.treediff``), bounded in time and size. Disk: ``/tmp`` is a tmpfs capped
 at ``tmp_size_mb`` ("No space left on device" past it); the container's writable layer
 (``/testbed`` included) is not capped by this class.
 
@@ -26,6 +26,7 @@ and retried on transient daemon errors.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -39,6 +40,14 @@ from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, 
 from swe_gym.sandbox.docker_files import DockerFiles
 from swe_gym.sandbox.docker_transport import DockerExecTransport
 from swe_gym.sandbox.gitdiff import DIFF_SCRIPT, diff_env
+from swe_gym.sandbox.image_git import image_objects
+from swe_gym.sandbox.treediff import (
+    DIFF_TIMEOUT,
+    MAX_PATCH_BYTES,
+    MAX_TREE_BYTES,
+    extract_archive,
+    run_bounded,
+)
 from swe_gym.tasks import Task
 
 # Concurrent container starts in this process: the daemon serialises much of create/start, and
@@ -91,6 +100,9 @@ class DockerSandbox(DockerFiles):
         run_id: str | None = None,
         build: bool = True,
         repos_dir: str | os.PathLike | None = None,
+        max_patch_bytes: int = MAX_PATCH_BYTES,
+        max_tree_bytes: int = MAX_TREE_BYTES,
+        diff_timeout: float = DIFF_TIMEOUT,
     ):
         if pull_policy not in PULL_POLICIES:
             raise unknown_choice("pull_policy", pull_policy, PULL_POLICIES)
@@ -117,6 +129,8 @@ class DockerSandbox(DockerFiles):
         self.output_limit = output_limit
         self.build = build
         self.repos_dir = repos_dir  # where a local build finds the repository (swe_gym.repos)
+        self.max_patch_bytes, self.max_tree_bytes = max_patch_bytes, max_tree_bytes
+        self.diff_timeout = diff_timeout
         self.run_id = run_id or DEFAULT_RUN_ID
         self.episode_id = uuid.uuid4().hex[:12]
         self.labels = {
@@ -386,35 +400,47 @@ class DockerSandbox(DockerFiles):
 
     def diff(self) -> str:
         """``git diff`` against ``base_commit`` with new (untracked, not ignored) files included,
-        nested repositories' files as ordinary files. A fresh exec (not the agent's shell) with
-        a clean environment and a private, config-less git dir: nothing of ``/testbed/.git``
-        but its objects and its index's stat data is used (``swe_gym.sandbox.gitdiff``)."""
+        nested repositories' files as ordinary files, undecodable bytes as surrogate escapes.
+        Nothing runs in the container: the daemon streams ``/testbed`` as an archive, the host
+        writes it out as data and diffs it with its own git (``swe_gym.sandbox.treediff``).
+        DiffError past ``diff_timeout``, ``max_patch_bytes`` or ``max_tree_bytes``."""
         self._require()
-        env = diff_env(
-            git_dir="", work_tree=self.workdir, index="", base=self.task.base_commit,
-            alternate=f"{self.workdir}/.git/objects", seed_index=f"{self.workdir}/.git/index",
-            filemode=False,
-        )  # fmt: skip
-        wrapper = (
-            "d=$(mktemp -d /var/tmp/swe_gym_diff.XXXXXX 2>/dev/null || mktemp -d) || exit 70; "
-            'GIT_DIR="$d/git" GIT_INDEX_FILE="$d/index" bash --norc --noprofile -c "$DIFF_SCRIPT"; '
-            'rc=$?; rm -rf -- "$d"; exit $rc'
-        )
-        env.pop("GIT_DIR")
-        env.pop("GIT_INDEX_FILE")
-        cmd = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), f"DIFF_SCRIPT={DIFF_SCRIPT}"]
+        deadline = time.monotonic() + self.diff_timeout
+        objects, base = self._base_objects()
+        with tempfile.TemporaryDirectory(prefix="swe_gym_dtree_") as tmp:
+            tree = os.path.join(tmp, "tree")
+            os.mkdir(tree)
+            try:
+                stream, _ = self.client.api.get_archive(self.container.id, self.workdir)
+            except Exception as e:
+                raise self._container_gone(e) from None
+            extract_archive(stream, tree, max_bytes=self.max_tree_bytes, deadline=deadline)
+            env = diff_env(
+                git_dir=os.path.join(tmp, "git"), work_tree=tree, index=os.path.join(tmp, "index"),
+                base=base, alternate="\n".join(objects), filemode=False,
+                path=os.environ.get("PATH", "/usr/bin:/bin"),
+            )  # fmt: skip
+            out = run_bounded(
+                ["bash", "--norc", "--noprofile", "-c", DIFF_SCRIPT],
+                env,
+                timeout=max(1.0, deadline - time.monotonic()),
+                max_bytes=self.max_patch_bytes,
+            )
+        return out.decode("utf-8", "surrogateescape")
+
+    def _base_objects(self) -> tuple[list[str], str]:
+        """Object directories holding ``base_commit`` and its full sha, from trusted sources
+        only: the base's cached pack, else one built from the local repository, else the
+        image's own ``/testbed/.git`` (copied out of a container that never ran)."""
+        from swe_gym.repos import local_repo
+        from swe_gym.sandbox.objects import base_pack
+
+        base = self.task.base_commit
         try:
-            r = self.container.exec_run(
-                [*cmd, "bash", "--norc", "--noprofile", "-c", wrapper],
-                workdir="/",
-                demux=True,
-            )
-        except Exception as e:
-            raise self._container_gone(e) from None
-        out, err = r.output
-        if r.exit_code != 0:
-            raise SandboxError(
-                f"git diff in {self.workdir} failed (exit {r.exit_code}): "
-                f"{(err or b'').decode(errors='replace')[-2000:]}"
-            )
-        return (out or b"").decode("utf-8", "surrogateescape")
+            try:
+                pack = base_pack(self.task.repo, None, base)
+            except SandboxError:
+                pack = base_pack(self.task.repo, local_repo(self.task.repo, self.repos_dir), base)
+            return [str(d) for d in pack.chain], pack.sha
+        except SandboxError:
+            return image_objects(self.client, self.image, base)

@@ -10,7 +10,8 @@ behaviour: a filter or driver it names is not defined anywhere.
 
 Nested repositories (``git -C sub init``) are diffed as ordinary files: their ``.git`` is left
 out and their files are added one by one (git itself would record a gitlink, or fail when the
-nested repository has no commit).
+nested repository has no commit). Any path with a ``.git`` component in any letter case is
+left out of the diff (git refuses such paths; grading would refuse the patch).
 
 Exit codes: 0 with the diff on stdout; anything else with git's message on stderr.
 """
@@ -51,10 +52,11 @@ while IFS= read -r -d '' p; do
     */) set -- "$@" ":(exclude,literal)${p%/}"; printf '%s\0' "${p%/}" >> "$scratch/nested" ;;
   esac
 done < "$scratch/untracked"
-g add -A -- . "$@"
+# A path with a .git component in any letter case is git's own; git refuses to add it.
+g add -A -- . ':(exclude,icase,glob).git/**' ':(exclude,icase,glob)**/.git/**' "$@"
 if [ -s "$scratch/nested" ]; then
   while IFS= read -r -d '' d; do
-    find "./$d" \( -name .git -prune \) -o \( -type f -o -type l \) -print0
+    find "./$d" \( -iname .git -prune \) -o \( -type f -o -type l \) -print0
   done < "$scratch/nested" | sed -z 's|^\./||' | sort -z > "$scratch/files"
   rc=0; g check-ignore -z --stdin < "$scratch/files" > "$scratch/ign" || rc=$?
   [ "$rc" -le 1 ] || exit "$rc"

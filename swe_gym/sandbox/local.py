@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 import warnings
 from pathlib import Path
@@ -40,8 +39,9 @@ from swe_gym.sandbox.gitdiff import DIFF_SCRIPT, diff_env
 from swe_gym.sandbox.local_transport import LocalTransport
 from swe_gym.sandbox.mounts import SANDBOX_WORKDIR, bwrap_mounts
 from swe_gym.sandbox.objects import BasePack, base_pack, init_repo
-from swe_gym.sandbox.safefs import read_in_tree, write_in_tree
+from swe_gym.sandbox.safefs import kind_in_tree, read_in_tree, write_in_tree
 from swe_gym.sandbox.shell import ShellSession
+from swe_gym.sandbox.treediff import DIFF_TIMEOUT, MAX_PATCH_BYTES, run_bounded
 from swe_gym.tasks import Task
 
 TMP_ENV = "SWE_GYM_SANDBOX_TMP"
@@ -55,7 +55,6 @@ _PASS_ENV = (
     "CONDA_PREFIX",
     "CONDA_DEFAULT_ENV",
 )
-DIFF_TIMEOUT = 300.0
 _DIFF_GIT_DIR = "/.swe_gym_diff"  # where the diff process sees its private git dir
 _REPO_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
 
@@ -82,6 +81,7 @@ class LocalSandbox:
         tmp_dir: where the private temp dir goes (default ``$SWE_GYM_SANDBOX_TMP``, else the
             system temp dir). A tmpfs such as ``/dev/shm`` makes start() several times faster
             on slow disks (the checkout writes every file) at the cost of RAM.
+        max_patch_bytes, diff_timeout: bounds of ``diff`` (``DiffError`` past them).
     """
 
     def __init__(
@@ -98,6 +98,8 @@ class LocalSandbox:
         command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
         network: bool = False,
         tmp_dir: str | os.PathLike | None = None,
+        max_patch_bytes: int = MAX_PATCH_BYTES,
+        diff_timeout: float = DIFF_TIMEOUT,
     ):
         for name, value in (
             ("memory_mb", memory_mb),
@@ -115,6 +117,7 @@ class LocalSandbox:
         self.output_limit = output_limit
         self.command_timeout = command_timeout
         self.network = network
+        self.max_patch_bytes, self.diff_timeout = max_patch_bytes, diff_timeout
         self.tmp_dir = tmp_dir if tmp_dir is not None else os.environ.get(TMP_ENV) or None
         self.workdir = SANDBOX_WORKDIR
         self.sandboxed: bool | None = None
@@ -323,12 +326,20 @@ class LocalSandbox:
         """Run ``command`` in the persistent shell; see ``ShellSession.run``."""
         return self._live_session().run(command, timeout)
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """Bytes of a file in the working copy (relative to ``workdir``, or absolute inside).
-        ValueError outside it, FileNotFoundError, IsADirectoryError (also for non-files)."""
+        ValueError outside it, FileNotFoundError, IsADirectoryError (also for non-files),
+        FileTooLarge past ``max_bytes`` (sized by fstat of our own fd)."""
         self._live_session()
         assert self.host_workdir is not None
-        return read_in_tree(str(self.host_workdir), self.workdir, path)
+        return read_in_tree(str(self.host_workdir), self.workdir, path, max_bytes)
+
+    def path_kind(self, path: str) -> str | None:
+        """``"file"``, ``"dir"``, ``"other"`` or None, seen from the host (``kind_in_tree``),
+        never asked of the agent's shell."""
+        self._live_session()
+        assert self.host_workdir is not None
+        return kind_in_tree(str(self.host_workdir), self.workdir, path)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write a file in the working copy, creating parent directories."""
@@ -358,16 +369,8 @@ class LocalSandbox:
             alternate="\n".join(str(d) for d in self._pack.chain),
             path=self._base_env()["PATH"],
         )
-        try:
-            p = subprocess.run(
-                argv, env=env, cwd="/", capture_output=True, timeout=DIFF_TIMEOUT, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise SandboxError(f"taking the diff timed out after {DIFF_TIMEOUT:g} s") from None
-        if p.returncode != 0:
-            msg = p.stderr.decode("utf-8", "replace").strip()[-2000:]
-            raise SandboxError(f"git diff in {self.workdir} failed (exit {p.returncode}): {msg}")
-        return p.stdout.decode("utf-8", "surrogateescape")
+        out = run_bounded(argv, env, timeout=self.diff_timeout, max_bytes=self.max_patch_bytes)
+        return out.decode("utf-8", "surrogateescape")
 
 
 def _force_remove(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree's onerror

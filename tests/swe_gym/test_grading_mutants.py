@@ -88,9 +88,13 @@ def test_pass_rates_are_the_share_of_each_list_that_passed():
     report = grading._finish(GradingReport("t-1", False, None), alone,
                              {"f1": "PASSED", "f2": "SKIPPED"}, ran=True)
     assert (report.f2p_pass, report.f2p_failed, report.p2p_pass) == (0.5, ["f2"], 1.0)
-    report = grading._finish(GradingReport("t-1", False, None), alone,
-                             {"f1": "PASSED", "f2": "XFAIL"}, ran=True)
+    xfail = {"f1": "PASSED", "f2": "XFAIL"}
+    report = grading._finish(GradingReport("t-1", False, None, rule="official"), alone, xfail,
+                             ran=True)
     assert report.resolved and report.reason is None and report.f2p_pass == 1.0
+    # The reward's rule: a FAIL_TO_PASS test that xfails (pytest.xfail() in the code) is no fix.
+    report = grading._finish(GradingReport("t-1", False, None), alone, xfail, ran=True)
+    assert not report.resolved and report.f2p_failed == ["f2"] and report.reason == "tests_failed"
 
 
 # ---------------------------------------------------------------- on the local backend
@@ -123,8 +127,9 @@ def test_a_patch_that_does_not_apply_names_no_test_as_missing(mini):
     assert report.reason == "model_patch_failed" and report.patch_applied_with is None
     assert report.resolved is False  # a verdict, not an unset field
     assert report.missing == [] and report.parsed == 0  # no test ran, none went missing
-    for cmd in ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5"):
-        assert f"\n$ {cmd} " in "\n" + report.log_tail  # every fallback, one per line
+    assert report.log_tail.startswith("$ git apply --verbose ")  # git's reason, for the report
+    for cmd in ("--reject", "patch --batch"):  # no fallback for the model's patch
+        assert cmd not in report.log_tail
 
 
 def test_a_patch_without_its_final_newline_applies(mini):
@@ -154,7 +159,7 @@ def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mi
     sb.start()
     try:
         assert apply_patch(sb, row["patch"], "model")[0] == "git apply"
-        method, _ = apply_patch(sb, fuzzy, "test", task.base_commit)
+        method, _ = apply_patch(sb, fuzzy, "test", task.base_commit, strict=False)
         status = sb.run(f"cd {sb.workdir} && git status --porcelain --untracked-files=all "
                         "-- . ':!.swe_gym_grading'", timeout=60).output
     finally:

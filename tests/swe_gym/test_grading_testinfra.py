@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swe_gym.testinfra import changes_test_config, git_path_in_patch, protected_by_name
+from swe_gym.patches import unsafe_path
+from swe_gym.testinfra import changes_test_config, protected_by_name
 
 TEST_FILES = ["tests/test_calc.py", "pkg/sub/test_new.py"]
 
@@ -97,10 +98,33 @@ def test_setup_cfg_test_sections_and_plugins():
     assert not changes_test_config("README.md", "a", "b")
 
 
-def test_patches_touching_git_are_found():
+def test_patches_touching_git_are_found_in_any_quoting_or_case():
     hook = "diff --git a/.git/hooks/x b/.git/hooks/x\nnew file mode 100755\n--- /dev/null\n+++ b/.git/hooks/x\n"
-    assert git_path_in_patch(hook) == "a/.git/hooks/x b/.git/hooks/x"
+    assert "a/.git/hooks/x" in unsafe_path(hook)
     plain = "--- a/pkg/x.py\n+++ b/sub/.git/config\n@@ -1 +1 @@\n-a\n+b\n"
-    assert git_path_in_patch(plain) == "b/sub/.git/config"
-    assert git_path_in_patch("diff --git a/.github/x.yml b/.github/x.yml\n") is None
-    assert git_path_in_patch("diff --git a/.gitignore b/.gitignore\n") is None
+    assert "b/sub/.git/config" in unsafe_path(plain)
+    octal = 'diff --git "a/\\056git/config" "b/\\056git/config"\n--- "a/\\056git/config"\n'
+    assert ".git/config" in unsafe_path(octal)  # git unquotes \056 to "."
+    for variant in (".GIT/config", "sub/.Git/hooks/x", ".git./config", "x/.git /y"):
+        assert unsafe_path(f"diff --git a/{variant} b/{variant}\n"), variant
+    assert "absolute" in unsafe_path("--- /etc/passwd\n+++ /etc/passwd\n")
+    assert "climbs" in unsafe_path("diff --git a/../x b/../x\n")
+    assert unsafe_path("diff --git a/.github/x.yml b/.github/x.yml\n") is None
+    assert unsafe_path("diff --git a/.gitignore b/.gitignore\n") is None
+    # A removed line reading "-- ../.git" is content, not a header.
+    body = "diff --git a/q.sql b/q.sql\n--- a/q.sql\n+++ b/q.sql\n@@ -1 +1 @@\n--- ../.git\n+x\n"
+    assert unsafe_path(body) is None
+
+
+def test_config_names_are_protected_in_any_case_and_new_modules_may_not_shadow_installed_ones():
+    for name in ("pytest.toml", ".pytest.toml", "PYTEST.INI", "Conftest.py", "sub/PyTest.toml"):
+        assert protected_by_name(name, [], in_base=False), name
+    assert protected_by_name("PyProject.toml", [], in_base=False)  # a case variant: never config
+    assert not protected_by_name("pyproject.toml", [], in_base=True)  # checked by content instead
+    assert protected_by_name("FORGE.DIST-INFO/entry_points.txt", [], in_base=False)
+    assert protected_by_name("x.Egg-Info/entry_points.txt", [], in_base=False)
+    installed = frozenset({"pytest_timeout", "iniconfig"})
+    assert protected_by_name("pytest_timeout.py", [], False, installed)
+    assert protected_by_name("iniconfig/__init__.py", [], False, installed)
+    assert not protected_by_name("pkg/iniconfig.py", [], False, installed)  # not on sys.path
+    assert not protected_by_name("pytest_timeout.py", [], True, installed)  # the repo's own

@@ -1,0 +1,211 @@
+"""The grader's own record of a pytest run, checked against the log the test process printed.
+
+The patched code runs inside the test process: it can print ``PASSED`` lines, rewrite pytest's
+report objects or leave with ``os._exit`` before the failures are printed. So grading does not
+take the log alone. Before the model patch is applied, ``probe_environment`` asks the task's
+own interpreter (at the base commit, nothing of the patch present) which pytest plugins it
+declares and which top-level modules it installs. The tests then run with plugin auto-loading
+off and ``swe_gym/verdict_plugin.py`` loaded first: it loads the declared plugins, and records
+each test phase's outcome from the phase's exception, HMAC-signed under a key made for this run
+and removed from the environment at import. ``read_channel`` checks every record's signature
+and sequence, ``channel_status`` turns the records into a status map keyed as the task's log
+parser keys the log, and ``compare`` finds the task's tests whose logged result the records do
+not back. Grading fails such a run (``swe_gym.grading``).
+
+Applies to pytest runs (``PYTEST_PARSERS``); other runners (Django's, SymPy's) are graded on
+their log alone, and the report says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swe_gym.sandbox import Sandbox
+
+PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"})
+PLUGIN_MODULE = "swe_gym_verdict"
+MAX_RECORD_BYTES = 64 * 2**20  # more than any honest run writes; past it the channel is broken
+PASSING = frozenset({"PASSED", "XFAIL"})
+_UNSET = "__swe_gym_unset__"  # the variable was not set before the grader's run
+
+# Runs under the task's interpreter (any Python 3), from the working copy at the base commit.
+_PROBE = r"""
+import json, os, pkgutil, sys
+here = os.path.realpath(os.getcwd())
+def eps():
+    try:
+        from importlib.metadata import entry_points
+    except ImportError:
+        import pkg_resources
+        return [(e.name, e.module_name) for e in pkg_resources.iter_entry_points("pytest11")]
+    e = entry_points()
+    e = e.select(group="pytest11") if hasattr(e, "select") else e.get("pytest11", [])
+    return [(x.name, x.value.split(":")[0].strip()) for x in e]
+dirs = [p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != here]
+mods = sorted(set(m.name for m in pkgutil.iter_modules(dirs)) | set(sys.builtin_module_names))
+print("SWE_GYM_PROBE " + json.dumps({"plugins": sorted(set(eps())), "modules": mods}))
+"""
+
+
+@dataclass
+class Environment:
+    """What the task's environment declares, read before the patch is applied."""
+
+    plugins: list[tuple[str, str]] = field(default_factory=list)  # (entry-point name, module)
+    modules: set[str] = field(default_factory=set)  # installed top-level module names
+    error: str = ""  # the probe failed: grading goes on with no plugins and no shadow check
+
+
+def probe_environment(sandbox: Sandbox, env_prefix: str = "") -> Environment:
+    """Ask the task's interpreter (``python``, else ``python3``) for its pytest plugins and its
+    installed top-level modules. Run in a sandbox that holds the base commit only."""
+    wd = shlex.quote(sandbox.workdir)
+    py = "$(command -v python || command -v python3)"
+    res = sandbox.run(
+        f"cd {wd} && {{ {env_prefix}{py} -c {shlex.quote(_PROBE)}; }} 2>&1 < /dev/null", timeout=120
+    )
+    for line in reversed(res.output.splitlines()):
+        if line.startswith("SWE_GYM_PROBE "):
+            data = json.loads(line.split(" ", 1)[1])
+            return Environment([tuple(p) for p in data["plugins"]], set(data["modules"]))
+    return Environment(error=f"the environment probe printed no result: {res.output[-500:]}")
+
+
+@dataclass
+class Channel:
+    """One run's record file (relative to the workdir) and its key."""
+
+    path: str
+    key: str
+    exports: str  # shell: the variables that load the plugin for the test command
+
+
+def prepare(sandbox: Sandbox, work_dir: str, env: Environment) -> Channel:
+    """Write the plugin into ``work_dir`` and return the run's channel."""
+    folder = f"{work_dir}/verdict"
+    sandbox.write_file(
+        f"{folder}/{PLUGIN_MODULE}.py", (Path(__file__).parent / "verdict_plugin.py").read_bytes()
+    )
+    key, name = secrets.token_hex(32), secrets.token_hex(8)
+    path = f"{folder}/{name}.rec"
+    plugin_dir = f"{sandbox.workdir.rstrip('/')}/{folder}"
+    exports = "".join(
+        f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
+        for v in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH")
+    )
+    exports += (
+        f"export SWE_GYM_VERDICT_KEY={key} "
+        f"SWE_GYM_VERDICT_PATH={shlex.quote(sandbox.workdir.rstrip('/') + '/' + path)} "
+        f"SWE_GYM_VERDICT_PLUGINS={shlex.quote(json.dumps(env.plugins))} "
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
+        f'PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}" '
+        f'PYTHONPATH={shlex.quote(plugin_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"; '
+    )
+    return Channel(path, key, exports)
+
+
+@dataclass
+class ChannelResult:
+    """What the records say. ``problem`` is set when they cannot be trusted or are incomplete."""
+
+    own: dict[str, dict[str, str]] = field(default_factory=dict)  # nodeid -> when -> outcome
+    rep: dict[str, dict[str, tuple[str, bool]]] = field(default_factory=dict)  # (outcome, xfail)
+    sessions: int = 0
+    ended: int = 0
+    plugins: list[str] = field(default_factory=list)
+    problem: str | None = None  # channel_missing | channel_forged | session_incomplete
+    detail: str = ""
+
+
+def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
+    """Read and verify the record file (through the sandbox's file API, never its shell)."""
+    out = ChannelResult()
+    try:
+        raw = sandbox.read_file(channel.path)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        out.problem, out.detail = "channel_missing", f"no record file: {type(e).__name__}"
+        return out
+    if len(raw) > MAX_RECORD_BYTES:
+        out.problem, out.detail = "channel_forged", f"record file of {len(raw)} bytes"
+        return out
+    key, seqs = channel.key.encode(), {}
+    for n, line in enumerate(raw.split(b"\n")[:-1] if raw.endswith(b"\n") else raw.split(b"\n")):
+        mac, _, body = line.partition(b"\t")
+        good = hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, good):
+            out.problem, out.detail = "channel_forged", f"record {n + 1} has a bad signature"
+            return out
+        pid, seq, kind, *rest = json.loads(body.decode("utf-8", "surrogateescape"))
+        if seq != seqs.get(pid, 0) + 1:
+            out.problem, out.detail = "channel_forged", f"record {n + 1} is out of sequence"
+            return out
+        seqs[pid] = seq
+        if kind == "start":
+            out.sessions += 1
+            out.plugins = sorted(set(out.plugins) | set(rest[0]))
+        elif kind == "end":
+            out.ended += 1
+        elif kind == "own":
+            out.own.setdefault(rest[0], {})[rest[1]] = rest[2]
+        elif kind == "rep":
+            out.rep.setdefault(rest[0], {})[rest[1]] = (rest[2], bool(rest[3]))
+    if out.sessions == 0:
+        out.problem, out.detail = "channel_missing", "the plugin never started"
+    elif out.ended < out.sessions:
+        out.problem = "session_incomplete"
+        out.detail = (
+            f"{out.sessions - out.ended} of {out.sessions} pytest session(s) never finished"
+        )
+    return out
+
+
+def _phase(res: ChannelResult, nodeid: str, when: str) -> tuple[str | None, bool]:
+    """The phase's outcome: our own reading where we have it, else pytest's report (a remote
+    xdist worker's phase reaches the controller only as a report)."""
+    rep, xfail = res.rep.get(nodeid, {}).get(when, (None, False))
+    own = res.own.get(nodeid, {}).get(when)
+    if own is None:
+        return rep, xfail
+    if own == "passed" and rep not in (None, "passed"):  # e.g. a strict XPASS reported failed
+        return rep, xfail
+    return own, xfail
+
+
+def test_statuses(res: ChannelResult) -> dict[str, str]:
+    """nodeid -> PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS, as pytest's -rA would say."""
+    out = {}
+    for nodeid in set(res.own) | set(res.rep):
+        setup, sx = _phase(res, nodeid, "setup")
+        call, cx = _phase(res, nodeid, "call")
+        if setup in ("failed",):
+            out[nodeid] = "ERROR"
+        elif setup in ("skipped", "xfailed") or call is None:
+            out[nodeid] = "XFAIL" if sx or setup == "xfailed" else "SKIPPED"
+        elif call == "passed":
+            out[nodeid] = "XPASS" if cx else "PASSED"
+        elif call == "xfailed" or (call in ("failed", "skipped") and cx):
+            out[nodeid] = "XFAIL"
+        elif call == "skipped":
+            out[nodeid] = "SKIPPED"
+        else:
+            out[nodeid] = "FAILED"
+    return out
+
+
+def channel_status(res: ChannelResult, parser: str) -> dict[str, str]:
+    """The records as the task's log parser would key them (the same ids as the log's)."""
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    lines = [f"{status} {nodeid}" for nodeid, status in sorted(test_statuses(res).items())]
+    return PARSER_REGISTRY[parser]("\n".join(lines), None)
+
+
+def compare(log: dict[str, str], chan: dict[str, str], tests: list[str]) -> list[str]:
+    """The task's tests the log shows passing that the records do not show passing."""
+    return [t for t in tests if log.get(t) in PASSING and chan.get(t) not in PASSING]

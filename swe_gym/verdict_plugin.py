@@ -1,0 +1,114 @@
+"""The grader's pytest plugin: each test's outcome, recorded by trusted code beside the log.
+
+Shipped into the grading sandbox as a file and loaded through ``PYTEST_PLUGINS`` before any
+code of the patch is imported (it is never imported by the toolkit itself). It runs under the
+task environment's own Python and pytest, so it keeps to old syntax and old hook forms.
+
+At import it takes and removes its inputs from the environment (the record key, the record
+file, the plugins the environment declared, and the variables the grader set for it), so
+nothing the tests start later sees them. Entry-point plugins are loaded here, and only those
+the environment declared before the patch was applied (auto-loading is off for the run).
+
+Each record is a JSON line with an HMAC-SHA256 under the per-run key and a sequence number:
+``start``, one ``own`` per test phase (the outcome read from the phase's exception, not from
+the report object, which patched code can rewrite), one ``rep`` per report as pytest logged it,
+and ``end`` with the exit status when the session finishes. A run that dies early
+(``os._exit``) has no ``end``. See ``swe_gym.verdict``.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+
+import pytest
+
+_KEY = os.environ.pop("SWE_GYM_VERDICT_KEY", "").encode("ascii")
+_PATH = os.environ.pop("SWE_GYM_VERDICT_PATH", "")
+_ALLOWED = json.loads(os.environ.pop("SWE_GYM_VERDICT_PLUGINS", "[]") or "[]")
+for _name in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH"):
+    _old = os.environ.pop("SWE_GYM_VERDICT_OLD_" + _name, None)
+    if _old is None or _old == "__swe_gym_unset__":  # it was not set before the grader's run
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _old
+_SKIP = pytest.skip.Exception
+_XFAIL = getattr(pytest.xfail, "Exception", None)
+_FD = None
+_SEQ = [0]
+if _KEY and _PATH:
+    _FD = os.open(_PATH, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
+def _write(*record):
+    if _FD is None:
+        return
+    _SEQ[0] += 1
+    line = json.dumps([os.getpid(), _SEQ[0]] + list(record), separators=(",", ":"))
+    mac = hmac.new(_KEY, line.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
+    os.write(_FD, (mac + "\t" + line + "\n").encode("utf-8", "surrogateescape"))
+
+
+def _entry_points():
+    try:
+        from importlib.metadata import entry_points
+    except ImportError:  # Python < 3.8
+        import pkg_resources
+
+        return [
+            (ep.name, ep.module_name, ep.load) for ep in pkg_resources.iter_entry_points("pytest11")
+        ]
+    eps = entry_points()
+    eps = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
+    return [(ep.name, ep.value, ep.load) for ep in eps]
+
+
+def pytest_addoption(parser, pluginmanager):
+    """Load the declared entry-point plugins as auto-loading would (called on registration)."""
+    allowed = set(tuple(p) for p in _ALLOWED)
+    loaded = []
+    for name, value, load in _entry_points():
+        if (name, value.split(":")[0].strip()) not in allowed:
+            continue
+        if pluginmanager.get_plugin(name) is not None or pluginmanager.is_blocked(name):
+            continue
+        plugin = load()
+        if pluginmanager.is_registered(plugin):
+            continue
+        pluginmanager.register(plugin, name)
+        loaded.append(name)
+    _write("start", sorted(loaded))
+
+
+def _own(call):
+    ei = call.excinfo
+    if ei is None:
+        return "passed"
+    if _XFAIL is not None and ei.errisinstance(_XFAIL):
+        return "xfailed"
+    if ei.errisinstance(_SKIP):
+        return "skipped"
+    return "failed"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    own = _own(call)
+    yield
+    _write("own", item.nodeid, call.when, own)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    _write(
+        "rep",
+        report.nodeid,
+        report.when,
+        report.outcome,
+        bool(getattr(report, "wasxfail", None) is not None),
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    _write("end", int(exitstatus))
