@@ -37,9 +37,17 @@ class Sandbox(Protocol):
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult: ...
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """ValueError for a path leaving ``workdir`` (``..``, elsewhere, a symlink out),
-        FileNotFoundError, IsADirectoryError (also a FIFO or other non-file), OSError."""
+        FileNotFoundError, IsADirectoryError (also a FIFO or other non-file), OSError.
+        ``FileTooLarge`` (an OSError) past ``max_bytes``, sized by the backend itself (never by
+        a command in the agent's shell), reading at most about ``max_bytes`` into memory."""
+        ...
+
+    def path_kind(self, path: str) -> str | None:
+        """``"file"``, ``"dir"``, ``"other"`` (FIFO, socket, device, broken symlink) or None
+        (nothing there), told by the backend without running anything in the agent's shell;
+        an in-tree symlink counts as its target. ValueError like ``read_file``."""
         ...
 
     def write_file(self, path: str, data: bytes | str) -> None:

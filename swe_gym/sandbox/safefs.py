@@ -18,6 +18,8 @@ import os
 import posixpath
 import stat
 
+from swe_gym.errors import FileTooLarge
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_LINKS = 40  # as the kernel's limit on symlinks in one lookup
 
@@ -147,24 +149,66 @@ def _open_final(walk: _Walk, todo: list[str], flags: int, create: bool) -> tuple
             walk.follow(name, todo)
 
 
-def _regular(fd: int, shown: str) -> None:
+def _regular(fd: int, shown: str) -> os.stat_result:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(f"{shown!r} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
         raise IsADirectoryError(f"{shown!r} is not a regular file")
+    return st
 
 
-def read_in_tree(root: str, workdir: str, path: str) -> bytes:
+def read_in_tree(root: str, workdir: str, path: str, max_bytes: int | None = None) -> bytes:
     """The bytes of ``path`` (relative to ``workdir`` or absolute inside it) under host dir
-    ``root``. ValueError outside, FileNotFoundError, IsADirectoryError (also for non-files)."""
+    ``root``. ValueError outside, FileNotFoundError, IsADirectoryError (also for non-files),
+    FileTooLarge past ``max_bytes`` (the size of the fd we opened, not the agent's word)."""
     todo = _split(path, workdir)
     walk = _Walk(root, workdir, path, None)
     try:
         fd, _ = _open_final(walk, todo, os.O_RDONLY, create=False)
         with os.fdopen(fd, "rb") as f:
-            _regular(f.fileno(), path)
-            return f.read()
+            st = _regular(f.fileno(), path)
+            if max_bytes is None:
+                return f.read()
+            if st.st_size > max_bytes:
+                raise FileTooLarge(st.st_size, max_bytes, path)
+            # The agent may grow the file after the fstat: never read past the cap.
+            data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise FileTooLarge(max(os.fstat(f.fileno()).st_size, len(data)), max_bytes, path)
+            return data
+    finally:
+        walk.close()
+
+
+def kind_in_tree(root: str, workdir: str, path: str) -> str | None:
+    """What is at ``path``: ``"file"``, ``"dir"``, ``"other"`` (a FIFO, a socket, a device, a
+    broken or looping symlink) or None (nothing). In-tree symlinks count as their target;
+    ValueError for a path or link leaving the tree. Nothing is opened but directories (an open
+    FIFO would block), and nothing runs in the agent's shell (whose answers it controls)."""
+    todo = _split(path, workdir)
+    walk = _Walk(root, workdir, path, None)
+    via_link = False  # the last component was a symlink: a missing target makes it "broken"
+    try:
+        while True:
+            try:
+                name = walk.descend(todo, create=False)
+                if name == ".":
+                    return "dir"
+                st = os.stat(name, dir_fd=walk.stack[-1], follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    via_link = True
+                    walk.follow(name, todo)
+                    continue
+            except (FileNotFoundError, NotADirectoryError):
+                return "other" if via_link else None
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                return "other"  # a symlink loop: there is no file to open
+            if stat.S_ISDIR(st.st_mode):
+                return "dir"
+            return "file" if stat.S_ISREG(st.st_mode) else "other"
     finally:
         walk.close()
 
@@ -186,4 +230,4 @@ def write_in_tree(root: str, workdir: str, path: str, data: bytes, uid: int | No
         walk.close()
 
 
-__all__ = ["read_in_tree", "write_in_tree"]
+__all__ = ["kind_in_tree", "read_in_tree", "write_in_tree"]
