@@ -3,7 +3,9 @@
 Messages follow SWE-agent's / Anthropic's editor tool so models trained on those transfer.
 File access goes through ``Sandbox.read_file``/``write_file`` (works on every backend); a
 directory listing runs ``find`` in a subshell of the sandbox's shell, so no editor command
-moves the agent's working directory. An error the agent caused (a missing path, a symlink
+moves the agent's working directory. What is at a path and how big it is come from the
+sandbox (``path_kind``, ``read_file(max_bytes=)``), never from the agent's shell, where ``stat``
+or ``[`` may be functions that lie. An error the agent caused (a missing path, a symlink
 out of the repository, a directory, a permission, bytes that are not text) is a tool result
 starting with ``ERROR:``, not an exception; ``SandboxError`` (the sandbox itself failed) is
 left to the caller, which can tell a dead sandbox from a refused file.
@@ -19,6 +21,7 @@ import posixpath
 import shlex
 from typing import Any
 
+from swe_gym.errors import FileTooLarge
 from swe_gym.sandbox import Sandbox
 
 SNIPPET_LINES = 4
@@ -57,33 +60,21 @@ class Editor:
             )
         return full
 
-    def _exists(self, full: str) -> str | None:
+    def _kind(self, full: str) -> str | None:
         """``"dir"``, ``"file"``, ``"other"`` (a FIFO, a device, a dangling link: never opened,
-        since opening a FIFO blocks) or None (nothing there)."""
-        q = shlex.quote(full)
-        res = self.sandbox.run(
-            f"if [ -d {q} ]; then echo {_KIND}dir; elif [ -f {q} ]; then "
-            f"echo {_KIND}file $(stat -L -c %s {q} 2>/dev/null); "
-            f"elif [ -e {q} ] || [ -L {q} ]; then echo {_KIND}other; else echo {_KIND}none; fi",
-            timeout=30,
-        )
-        # Keyed lines: a background job of the agent may print into the same stream.
-        lines = [ln[len(_KIND) :].split() for ln in res.output.splitlines() if ln.startswith(_KIND)]
-        kind = lines[-1] if lines and lines[-1] else ["none"]
-        if (
-            kind[0] == "file"
-            and len(kind) > 1
-            and kind[1].isdigit()
-            and int(kind[1]) > MAX_FILE_BYTES
-        ):
-            raise EditorError(
-                f"{full} is {int(kind[1])} bytes, more than the editor handles ({MAX_FILE_BYTES}); "
-                "use head, tail or sed -n '10,40p' FILE."
-            )
-        return None if kind[0] == "none" else kind[0]
+        since opening a FIFO blocks) or None (nothing there). Asked of the sandbox, not of the
+        agent's shell: there ``stat``, ``[`` or ``test`` may be functions that lie."""
+        return self.sandbox.path_kind(full)
 
     def _read(self, full: str) -> str:
-        data = self.sandbox.read_file(full)
+        # The size limit is enforced by the reader from its own stat of the file.
+        try:
+            data = self.sandbox.read_file(full, max_bytes=MAX_FILE_BYTES)
+        except FileTooLarge as e:
+            raise EditorError(
+                f"{full} is {e.size} bytes, more than the editor handles ({MAX_FILE_BYTES}); "
+                "use head, tail or sed -n '10,40p' FILE."
+            ) from None
         if b"\x00" in data[:8192]:
             raise EditorError(f"{full} is a binary file; the editor only handles text files.")
         return data.decode("utf-8", errors="surrogateescape")
@@ -119,7 +110,7 @@ class Editor:
     def _dispatch(self, a: dict[str, Any]) -> str:
         full = self._abspath(a["path"])
         cmd = a["command"]
-        kind = self._exists(full)
+        kind = self._kind(full)
         if cmd == "create":
             if kind is not None:
                 raise EditorError(
@@ -241,9 +232,6 @@ class Editor:
             f"Last edit to {full} undone successfully. "
             f"Here's the result of running `cat -n` on {full}:\n{body}"
         )
-
-
-_KIND = "__swe_editor_kind__ "
 
 
 def _shown(text: str) -> str:
