@@ -31,7 +31,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         r"\b(?:_?pytest|pluggy|xfail|TestReport|CallInfo|hookimpl|runtest_\w+|"
         r"PYTEST_\w+)\b"
     ),
-    "exit": re.compile(r"\bos\s*\.\s*_exit\b|\bos\s*\.\s*kill\s*\(\s*os\s*\.\s*getpid"),
+    "exit": re.compile(r"(?:\.|\bimport\s+)\s*_exit\b|\bkill\s*\([^)]*getpid"),
     "atexit": re.compile(r"\batexit\b"),
     "modules": re.compile(
         r"\bsys\s*\.\s*modules\s*(?:\[[^\]]*\]\s*=(?!=)|\.\s*(?:pop|update|setdefault|clear)\b)"

@@ -237,3 +237,16 @@ def restore(sandbox: Sandbox, base_commit: str, paths: list[str], in_base: set[s
     res = sandbox.run(f"{cmd}; echo rc=$?", timeout=300)
     if "rc=0" not in res.output:
         raise RuntimeError(f"restoring test infrastructure failed: {res.output[-2000:]}")
+    # Folders the dropped files leave empty go too (git tracks no empty folder): an empty
+    # ``X.dist-info`` would still be read as a distribution.
+    parents = sorted(
+        {p.rsplit("/", i)[0] for p in ordered for i in range(1, p.count("/") + 1)},
+        key=lambda p: (-p.count("/"), p),
+    )
+    if parents:
+        sandbox.write_file(f"{WORK_DIR}/parents", _nul_list(parents))
+        sandbox.run(
+            f"cd {wd} && xargs -0 rmdir --ignore-fail-on-non-empty -- < {WORK_DIR}/parents "
+            "2>/dev/null; true",
+            timeout=60,
+        )

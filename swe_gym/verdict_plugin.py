@@ -50,17 +50,24 @@ def _write(*record):
 
 
 def _entry_points():
+    """(name, value, load) of every ``pytest11`` entry point; a broken distribution on the
+    path (no metadata) is passed over, not fatal."""
     try:
-        from importlib.metadata import entry_points
+        from importlib.metadata import distributions
     except ImportError:  # Python < 3.8
         import pkg_resources
 
-        return [
-            (ep.name, ep.module_name, ep.load) for ep in pkg_resources.iter_entry_points("pytest11")
-        ]
-    eps = entry_points()
-    eps = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
-    return [(ep.name, ep.value, ep.load) for ep in eps]
+        eps = pkg_resources.iter_entry_points("pytest11")
+        return [(ep.name, ep.module_name, ep.load) for ep in eps]
+    out = []
+    for dist in distributions():
+        try:
+            for ep in dist.entry_points:
+                if ep.group == "pytest11":
+                    out.append((ep.name, ep.value, ep.load))
+        except Exception:
+            continue
+    return out
 
 
 def pytest_addoption(parser, pluginmanager):
