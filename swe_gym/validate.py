@@ -6,7 +6,8 @@ empty FAIL_TO_PASS) is reported on its own line and the other rows still get a v
 status 1 if any row is bad or fails. With no TASKS argument the bundled SWEStarter suite is
 checked. Local clones are found under ``--repos-dir`` (default: the ``SWE_GYM_REPOS``
 environment variable) as ``<owner>__<name>``; ``--sandbox-option KEY=VALUE`` passes options to
-the sandbox (repeatable).
+the sandbox (repeatable). ``--official`` judges by the SWE-bench rule instead of the reward's
+(``swe_gym.grading``: there a FAIL_TO_PASS test must be PASSED, not XFAIL).
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ class Validation:
 
 
 def validate_task(
-    task: Task, backend: str = "local", sandbox_options: dict | None = None
+    task: Task, backend: str = "local", sandbox_options: dict | None = None, rule: str = "rl"
 ) -> Validation:
     problems = []
-    before = grade_patch(task, "", backend=backend, sandbox_options=sandbox_options)
+    grade = lambda patch: grade_patch(  # noqa: E731
+        task, patch, backend=backend, sandbox_options=sandbox_options, rule=rule
+    )
+    before = grade("")
     if before.reason in (
         "test_patch_failed",
         "tests_timed_out",
@@ -49,7 +53,7 @@ def validate_task(
             problems.append(f"F2P tests pass before the fix: {passing_f2p}")
         if before.p2p_failed:
             problems.append(f"P2P tests fail before the fix: {before.p2p_failed}")
-    after = grade_patch(task, task.patch, backend=backend, sandbox_options=sandbox_options)
+    after = grade(task.patch)
     if not after.resolved:
         detail = after.f2p_failed + after.p2p_failed
         msg = f"gold patch does not resolve: {after.reason} {after.detail} {detail or ''}".strip()
@@ -72,14 +76,16 @@ def _row_id(row: Any, index: int) -> str:
     return str(iid) if iid else f"<row {index}>"
 
 
-def _check(row: Any, index: int, backend: str, options: dict[str, Any]) -> Validation:
+def _check(
+    row: Any, index: int, backend: str, options: dict[str, Any], rule: str = "rl"
+) -> Validation:
     t0 = time.monotonic()
     try:
         task = normalise_row(row)
     except SWEGymError as e:
         return Validation(_row_id(row, index), False, [f"bad row: {e}"], time.monotonic() - t0)
     try:
-        return validate_task(task, backend, options)
+        return validate_task(task, backend, options, rule)
     except SandboxUnavailable:
         raise  # the backend is missing: every row would fail the same way
     except Exception as e:
@@ -125,7 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         help="a sandbox constructor option, repeatable (e.g. memory_mb=4096, tmp_size_mb=512); "
         "numbers and true/false are converted",
     )
+    p.add_argument(
+        "--official",
+        action="store_true",
+        help="judge by the SWE-bench rule (an XFAIL FAIL_TO_PASS test passes) instead of the "
+        "reward's rule (it must be PASSED)",
+    )
     args = p.parse_args(argv)
+    rule = "official" if args.official else "rl"
     options = dict(args.sandbox_option)
     if args.repos_dir:
         options["repos_dir"] = args.repos_dir
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         results = list(
-            pool.map(lambda ir: _check(ir[1], ir[0], args.backend, options), enumerate(rows))
+            pool.map(lambda ir: _check(ir[1], ir[0], args.backend, options, rule), enumerate(rows))
         )
     width = max((len(r.instance_id) for r in results), default=0)
     for r in results:
@@ -147,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.instance_id:<{width}}  {'ok  ' if r.ok else 'FAIL'}  {r.seconds:6.2f}s  {'; '.join(r.problems)}"
         )
     bad = sum(not r.ok for r in results)
-    print(f"{len(results) - bad} passed, {bad} failed")
+    print(f"{len(results) - bad} passed, {bad} failed (rule: {rule})")
     return 1 if bad or not results else 0
 
 
