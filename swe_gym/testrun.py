@@ -20,7 +20,7 @@ from swebench.harness.grading import get_logs_eval
 from swebench.harness.log_parsers import PARSER_REGISTRY
 from swebench.types import TestSpec
 
-from swe_gym.errors import unknown_choice
+from swe_gym.errors import FileTooLarge, unknown_choice
 from swe_gym.sandbox import Sandbox
 from swe_gym.tasks import Task
 from swe_gym.testinfra import WORK_DIR
@@ -97,10 +97,13 @@ def _cut_log(limit: int) -> str:
     )
 
 
-def _read_log(sandbox: Sandbox) -> str:
+def _read_log(sandbox: Sandbox, limit: int = LOG_LIMIT) -> str:
+    """The log, read through the sandbox's file API with a cap: the shell's cut may not have
+    happened (the tests' code ran as root in a Docker grading container and can replace
+    ``head``); a log still over the cap reads as none (the suite did not run)."""
     try:
-        return sandbox.read_file(_LOG).decode("utf-8", "replace")
-    except FileNotFoundError:
+        return sandbox.read_file(_LOG, max_bytes=limit + 4096).decode("utf-8", "replace")
+    except (FileNotFoundError, FileTooLarge):
         return ""
 
 
@@ -126,8 +129,8 @@ def run_tests(
     res = sandbox.run(cmd, timeout=timeout)
     if res.timed_out:  # the command was killed before its cut: cut now
         cut = sandbox.run(f"cd {wd} && {_cut_log(log_limit)}", timeout=120)
-        return TestRun({}, False, True, None, _read_log(sandbox), "CUT" in cut.output)
-    text, truncated = _read_log(sandbox), "CUT" in res.output.splitlines()
+        return TestRun({}, False, True, None, _read_log(sandbox, log_limit), "CUT" in cut.output)
+    text, truncated = _read_log(sandbox, log_limit), "CUT" in res.output.splitlines()
     spec = TestSpec(
         instance_id=task.instance_id,
         image="",

@@ -26,6 +26,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swe_gym.errors import FileTooLarge
 from swe_gym.sandbox import Sandbox
 
 PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"})
@@ -127,12 +128,12 @@ def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
     """Read and verify the record file (through the sandbox's file API, never its shell)."""
     out = ChannelResult()
     try:
-        raw = sandbox.read_file(channel.path)
+        raw = sandbox.read_file(channel.path, max_bytes=MAX_RECORD_BYTES)
+    except FileTooLarge as e:
+        out.problem, out.detail = "channel_forged", f"record file of {e.size} bytes"
+        return out
     except (FileNotFoundError, ValueError, OSError) as e:
         out.problem, out.detail = "channel_missing", f"no record file: {type(e).__name__}"
-        return out
-    if len(raw) > MAX_RECORD_BYTES:
-        out.problem, out.detail = "channel_forged", f"record file of {len(raw)} bytes"
         return out
     key, seqs = channel.key.encode(), {}
     for n, line in enumerate(raw.split(b"\n")[:-1] if raw.endswith(b"\n") else raw.split(b"\n")):
@@ -141,7 +142,7 @@ def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
         if not hmac.compare_digest(mac, good):
             out.problem, out.detail = "channel_forged", f"record {n + 1} has a bad signature"
             return out
-        pid, seq, kind, *rest = json.loads(body.decode("utf-8", "surrogateescape"))
+        pid, seq, kind, *rest = json.loads(body.decode("utf-8", "surrogateescape"))  # signed
         if seq != seqs.get(pid, 0) + 1:
             out.problem, out.detail = "channel_forged", f"record {n + 1} is out of sequence"
             return out

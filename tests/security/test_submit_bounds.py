@@ -10,6 +10,7 @@ files with non-UTF-8 names and contents beside a real fix (graded 1.0, the patch
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 
@@ -142,3 +143,55 @@ def test_non_utf8_names_and_contents_beside_a_fix_grade_and_serialise(make_env):
     raw = info["patch"].encode("utf-8", "surrogateescape")
     assert b"b/na\xefve.txt" in raw and b"+caf\xe9 in Latin-1" in raw
     json.dumps(info["patch"])  # the trajectory's JSON keeps it (as escapes)
+
+
+# Run by the tests' process (root in a Docker grading container): the log's cut disabled, then
+# the log grown past LOG_LIMIT by appending to it directly (stdout is captured by pytest).
+FLOOD_LOG = """
+import os as _os
+if _os.path.isdir("/usr/local/bin") and _os.access("/usr/local/bin", _os.W_OK):
+    for _b in ("stat", "head", "tail"):
+        with open("/usr/local/bin/" + _b, "w") as _f:
+            _f.write("#!/bin/sh\\nexit 0\\n")
+        _os.chmod("/usr/local/bin/" + _b, 0o755)
+with open(".swe_gym_grading/test.log", "a") as _log:
+    _line = "PASSED tests/test_descriptive.py::test_sample_variance_divides_by_n_minus_1\\n"
+    for _ in range(%d):
+        _log.write(_line * 1000)
+"""
+
+
+def test_a_flooded_log_is_read_within_its_cap(backend, request):
+    from swe_gym.grading import grade_patch
+    from swe_gym.repos import local_repo
+    from swe_gym.starter import starter_tasks
+    from swe_gym.testrun import LOG_LIMIT
+
+    task = next(t for t in starter_tasks() if t.instance_id == TASK)
+    opts = {}
+    if backend == "docker":
+        opts = {"client": request.getfixturevalue("docker_client"), "run_id": RUN_ID}
+    n = LOG_LIMIT // 75_000 + 200  # thousands of 75-byte lines: past the cap
+    trick = FLOOD_LOG % n
+
+    init = subprocess.run(
+        ["git", "-C", str(local_repo(task.repo)), "show", f"{task.base_commit}:tinystats/__init__.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    diff = _new_text_diff("tinystats/__init__.py", init, init + trick)
+    before = _rss()
+    report = grade_patch(task, diff, backend=backend, sandbox_options=opts, timeout=300)
+    grew = _rss() - before
+    assert not report.resolved, report.to_dict()
+    assert report.reason in ("suite_did_not_run", "results_mismatch", "tests_failed")
+    # What is read back is at most the cap (plus a read chunk) and its decoded copy.
+    assert grew < 3 * LOG_LIMIT, grew
+
+
+def _new_text_diff(path: str, old: str, new: str) -> str:
+    import difflib
+
+    body = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(body)
