@@ -29,9 +29,11 @@ import os
 import random
 import shutil
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
+from swe_gym import taskenv
 from swe_gym.errors import SandboxError, SandboxUnavailable
 from swe_gym.repos import local_repo
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
@@ -42,6 +44,8 @@ from swe_gym.sandbox.objects import BasePack, base_pack, init_repo
 from swe_gym.sandbox.safefs import kind_in_tree, read_in_tree, write_in_tree
 from swe_gym.sandbox.shell import ShellSession
 from swe_gym.sandbox.treediff import DIFF_TIMEOUT, MAX_PATCH_BYTES, run_bounded
+from swe_gym.taskenv.build import TaskEnv
+from swe_gym.taskenv.tree import copy_generated
 from swe_gym.tasks import Task
 
 TMP_ENV = "SWE_GYM_SANDBOX_TMP"
@@ -82,6 +86,12 @@ class LocalSandbox:
             system temp dir). A tmpfs such as ``/dev/shm`` makes start() several times faster
             on slow disks (the checkout writes every file) at the cost of RAM.
         max_patch_bytes, diff_timeout: bounds of ``diff`` (``DiffError`` past them).
+        environment: ``"auto"``, ``"task"`` or ``"host"``: the task environment the shell
+            runs in (``swe_gym.taskenv``; built on first use, cached by recipe). With one,
+            its interpreter is first on ``PATH`` and only its venv and interpreter prefix are
+            bound: none of the host's site-packages or pytest plugins.
+        allow_nearest_python: build with the nearest Python on the machine when the recipe's
+            version is not there (else ``PythonNotFound`` naming it).
     """
 
     def __init__(
@@ -100,6 +110,8 @@ class LocalSandbox:
         tmp_dir: str | os.PathLike | None = None,
         max_patch_bytes: int = MAX_PATCH_BYTES,
         diff_timeout: float = DIFF_TIMEOUT,
+        environment: str = "auto",
+        allow_nearest_python: bool = False,
     ):
         for name, value in (
             ("memory_mb", memory_mb),
@@ -126,6 +138,9 @@ class LocalSandbox:
         self._uid: int | None = None  # sandbox uid when the host is root
         self._session: ShellSession | None = None
         self._pack: BasePack | None = None
+        self.environment, self.allow_nearest_python = environment, allow_nearest_python
+        self.task_env: TaskEnv | None = None  # None: the host's interpreter
+        self.env_seconds = 0.0  # time to find (or build) the task environment at start()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -158,6 +173,11 @@ class LocalSandbox:
                 stacklevel=2,
             )
         self._pack = self._base_pack()
+        t0 = time.monotonic()
+        self.task_env = taskenv.resolve(
+            self.task, self.environment, self.repos_dir, self.allow_nearest_python
+        )
+        self.env_seconds = time.monotonic() - t0
         self.root = Path(tempfile.mkdtemp(prefix="swe_gym_local_", dir=self.tmp_dir))
         try:
             self.host_workdir = self.root / "testbed"
@@ -168,6 +188,8 @@ class LocalSandbox:
             (git_dir / "config").write_text(_REPO_CONFIG)
             # The diff's private index starts as the checkout's (its stat data is a cache).
             (self.root / "diffgit").mkdir()
+            if self.task_env is not None:
+                copy_generated(self.task_env, self.host_workdir, [git_dir, self.root / "diffgit"])
             shutil.copyfile(git_dir / "index", self.root / "diffgit" / "index")
             if self.sandboxed and os.geteuid() == 0:
                 self._uid = 100_000 + random.randrange(1 << 20)  # own uid: own process budget
@@ -222,6 +244,10 @@ class LocalSandbox:
         }
 
     def _base_env(self) -> dict[str, str]:
+        if self.task_env is not None:  # nothing of the host's Python setup
+            env = {k: os.environ[k] for k in ("LANG", "LC_ALL") if k in os.environ}
+            env.setdefault("LANG", "C.UTF-8")
+            return {**env, "PATH": self.task_env.path(), "VIRTUAL_ENV": str(self.task_env.venv)}
         env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.setdefault("LANG", "C.UTF-8")
@@ -265,7 +291,7 @@ class LocalSandbox:
 
     def _bwrap_args(self, diff: bool = False) -> list[str]:
         assert self.root is not None and self.host_workdir is not None and self._pack is not None
-        root_mode = self._uid is not None
+        root_mode, env = self._uid is not None, self.task_env
         args = [
             "--die-with-parent",
             "--new-session",
@@ -291,6 +317,8 @@ class LocalSandbox:
             identity=self._identity_files() if root_mode else None,
             tmp_size_mb=self.tmp_size_mb,
             repos_dir=self.repos_dir,
+            toolchain=env.binds[1:] if env else None,
+            env_binds=[(env.binds[0], False)] if env else [],
         )
         return [*args, "--chdir", SANDBOX_WORKDIR]
 

@@ -204,8 +204,16 @@ def bwrap_mounts(
     tmp_size_mb: int = 512,
     shm_size_mb: int = 64,
     repos_dir: str | os.PathLike | None = None,
+    toolchain: list[str] | None = None,
+    env_binds: list[tuple[str, bool]] = (),  # type: ignore[assignment]
 ) -> list[str]:
     """bwrap options building the sandbox's file system (see the module docstring).
+
+    ``toolchain``: the directories bound for the interpreter (default ``toolchain_dirs()``,
+    the host's; a task environment passes its own venv and interpreter prefix instead, so the
+    host's site-packages and plugins stay out of sight). ``env_binds``: (host dir, writable)
+    bound at their host paths after the project masks (a task environment lives in the
+    toolkit cache, which is masked).
 
     ``objects``: git objects directories bound read-only at their host paths (the alternates
     of the working copy). ``extra_binds``: (host, sandbox, writable) for private paths such as
@@ -236,7 +244,7 @@ def bwrap_mounts(
         args += ["--ro-bind", identity[0], "/etc/passwd", "--ro-bind", identity[1], "/etc/group"]
     masks: list[str] = []
     bound = ["/usr", "/etc"]
-    for d in toolchain_dirs():
+    for d in toolchain_dirs() if toolchain is None else toolchain:
         args += [*_parent_dirs(d, made), "--ro-bind", d, d]
         bound.append(d)
     bound += [os.path.realpath(p) for p in ("/bin", "/sbin", "/lib", "/lib64") if os.path.isdir(p)]
@@ -247,6 +255,8 @@ def bwrap_mounts(
         args += ["--tmpfs", m]
     for obj in objects:
         args += [*_parent_dirs(obj, made), "--ro-bind", obj, obj]
+    for d, writable in env_binds:
+        args += [*_parent_dirs(d, made), "--bind" if writable else "--ro-bind", d, d]
     for m in masks:
         args += ["--remount-ro", m]
     args += ["--ro-bind" if readonly_worktree else "--bind", workdir_host, SANDBOX_WORKDIR]
