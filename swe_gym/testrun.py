@@ -1,10 +1,11 @@
 """Running a task's tests in a sandbox and reading their complete log.
 
-The test command (the row's ``test_cmd``, else the SWE-bench harness's command for the
-repository, else ``pytest -rA``) runs between the harness's output markers with its exit status
+The test command (the row's ``test_cmd``, else swebench's for the row's (repo, version), else
+``pytest -rA``; ``test_command_choice`` says which) runs between the harness's output markers with its exit status
 recorded, into a log file in the sandbox that is read back whole (up to ``LOG_LIMIT`` bytes;
 past it the head and tail are kept), never through the agent's observation cap. The log is
-parsed by the row's parser from ``swebench.harness.log_parsers`` with the harness's own
+parsed by the row's parser from ``swebench.harness.log_parsers`` (the row's, else swebench's
+map for the repository; ``log_parser_choice`` says which) with the harness's own
 validity checks (``get_logs_eval``). With a verdict ``Channel`` (``swe_gym.verdict``) the run
 loads the grader's pytest plugin, with plugin auto-loading off.
 """
@@ -22,6 +23,7 @@ from swebench.types import TestSpec
 
 from swe_gym.errors import FileTooLarge, unknown_choice
 from swe_gym.sandbox import Sandbox
+from swe_gym.taskenv import specs
 from swe_gym.tasks import Task
 from swe_gym.testinfra import WORK_DIR
 from swe_gym.verdict import Channel
@@ -30,51 +32,82 @@ DEFAULT_TEST_TIMEOUT = 900.0
 LOG_LIMIT = 64 * 2**20  # bytes of test log read back; past it the middle is cut
 _LOG = f"{WORK_DIR}/test.log"
 
-# SWE-bench rows carry no install spec (it lives in the harness by repo); these are the parsers
-# and test commands the SWE-bench harness uses for the SWE-bench Verified repositories.
-_SWEBENCH_REPO_PARSER = {
-    "django/django": "parse_log_django",
-    "sympy/sympy": "parse_log_sympy",
-    "sphinx-doc/sphinx": "parse_log_sphinx",
-    "matplotlib/matplotlib": "parse_log_matplotlib",
-    "mwaskom/seaborn": "parse_log_seaborn",
-    "astropy/astropy": "parse_log_astropy",
-    "pydata/xarray": "parse_log_xarray",
-    "scikit-learn/scikit-learn": "parse_log_scikit",
-    "pylint-dev/pylint": "parse_log_pylint",
-    "psf/requests": "parse_log_requests",
-    "pallets/flask": "parse_log_flask",
-}
-_SWEBENCH_REPO_TEST_CMD = {
-    "django/django": "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1",
-    "sympy/sympy": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose",
-    "sphinx-doc/sphinx": "tox --current-env -epy39 -v --",
-}
 DEFAULT_TEST_CMD = "pytest -rA"
+DEFAULT_PARSER = "parse_log_pytest"
+
+
+def log_parser_choice(task: Task) -> tuple[str, str]:
+    """(parser name, where it came from): the row's own ``install_config.log_parser`` (or a
+    swebench 5 row's ``log_parser`` column), else the installed swebench's repository map
+    (``MAP_REPO_TO_PARSER*``), else ``parse_log_pytest`` for a repository swebench does not
+    know."""
+    cfg = task.install_config or {}
+    if cfg.get("log_parser"):
+        name, source = cfg["log_parser"], "row install_config"
+    elif task.extra.get("log_parser"):
+        name, source = task.extra["log_parser"], "row log_parser"
+    elif task.repo in specs.repo_parsers():
+        name, source = specs.repo_parsers()[task.repo], "swebench repository map"
+    else:
+        name, source = DEFAULT_PARSER, f"default ({task.repo} unknown to swebench)"
+    if name not in PARSER_REGISTRY:
+        raise unknown_choice(f"log_parser for task {task.instance_id}:", name, PARSER_REGISTRY)
+    return name, source
 
 
 def log_parser_name(task: Task) -> str:
+    return log_parser_choice(task)[0]
+
+
+def _eval_script_command(script: str) -> str | None:
+    """The test command of a swebench 5 row's ``eval_script`` (between the output markers)."""
+    lines = script.splitlines()
+    try:
+        start = next(i for i, x in enumerate(lines) if START_TEST_OUTPUT in x)
+        end = next(i for i, x in enumerate(lines) if END_TEST_OUTPUT in x and i > start)
+    except StopIteration:
+        return None
+    body = [x for x in lines[start + 1 : end] if x.strip()]
+    return " && ".join(body) or None
+
+
+def test_command_choice(task: Task) -> tuple[str, str]:
+    """(command, where it came from). The row's ``install_config.test_cmd``, else swebench's
+    spec for (repo, version), then the test patch's files appended; else a swebench 5 row's
+    ``eval_script`` command, taken whole (it names its files); else ``pytest -rA`` and the
+    files."""
     cfg = task.install_config or {}
-    name = cfg.get("log_parser") or _SWEBENCH_REPO_PARSER.get(task.repo, "parse_log_pytest")
-    if name not in PARSER_REGISTRY:
-        raise unknown_choice(f"log_parser for task {task.instance_id}:", name, PARSER_REGISTRY)
-    return name
+    base, source = cfg.get("test_cmd"), "row install_config"
+    if not base and task.version:
+        spec = specs.version_spec(task.repo, task.version) or {}
+        base, source = spec.get("test_cmd"), f"swebench spec ({task.repo} {task.version})"
+    if not base and task.extra.get("eval_script"):
+        whole = _eval_script_command(str(task.extra["eval_script"]))
+        if whole:
+            return whole, "row eval_script"
+    if not base:
+        base, source = DEFAULT_TEST_CMD, "default (no test_cmd in the row or swebench)"
+    if isinstance(base, list):  # some rows and specs store a list of commands
+        base = " && ".join(base)
+    files = [f for f in task.test_files if f.endswith(".py")] or task.test_files
+    return f"{base} {' '.join(shlex.quote(f) for f in files)}".strip(), source
 
 
 def test_command(task: Task) -> str:
     """The task's test command followed by the test files its test patch touches."""
-    cfg = task.install_config or {}
-    base = cfg.get("test_cmd") or _SWEBENCH_REPO_TEST_CMD.get(task.repo, DEFAULT_TEST_CMD)
-    if isinstance(base, list):  # some SWE-rebench rows store a list of commands
-        base = " && ".join(base)
-    files = [f for f in task.test_files if f.endswith(".py")] or task.test_files
-    return f"{base} {' '.join(shlex.quote(f) for f in files)}".strip()
+    return test_command_choice(task)[0]
 
 
 def env_prefix(task: Task) -> str:
-    """Shell: export the row's ``env_vars``."""
+    """Shell: export the row's ``env_vars`` (and, for a row without its own ``test_cmd``, the
+    ``export`` lines of swebench's ``eval_commands`` for its (repo, version))."""
     env = (task.install_config or {}).get("env_vars") or {}
-    return "".join(f"export {k}={shlex.quote(str(v))}; " for k, v in env.items())
+    out = "".join(f"export {k}={shlex.quote(str(v))}; " for k, v in env.items())
+    if not (task.install_config or {}).get("test_cmd") and task.version:
+        spec = specs.version_spec(task.repo, task.version) or {}
+        cmds = [c.strip() for c in spec.get("eval_commands") or []]
+        out += "".join(f"{c}; " for c in cmds if c.startswith("export "))
+    return out
 
 
 @dataclass

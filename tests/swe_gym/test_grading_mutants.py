@@ -6,6 +6,7 @@ without a sandbox; the rest on the local backend with the ``mini_repo`` fixture 
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import time
 
@@ -60,11 +61,24 @@ def test_test_command_runs_the_configured_command_on_the_python_test_files():
     assert grading.test_command(listed) == "source env.sh && pytest -rA t/test_x.py"
 
 
-def test_test_command_falls_back_to_the_repository_then_pytest():
-    sympy = _task(repo="sympy/sympy", test_patch=_touching("a/test_b.py"))
-    assert grading.test_command(sympy) == (
-        "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose "
-        "a/test_b.py")
+def test_test_command_falls_back_to_swebenchs_spec_then_pytest(tmp_path, monkeypatch):
+    """Without a row test_cmd: swebench's spec for (repo, version) (the table the installed
+    swebench has, or ``$SWE_GYM_SWEBENCH_SPECS``), then ``pytest -rA``."""
+    from swe_gym.taskenv import specs
+
+    cmd = "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose"
+    (tmp_path / "specs.json").write_text(json.dumps({"sympy/sympy": {"1.1": {"test_cmd": cmd}}}))
+    monkeypatch.setenv(specs.SPECS_ENV, str(tmp_path / "specs.json"))
+    specs.clear_caches()
+    try:
+        sympy = dataclasses.replace(_task(repo="sympy/sympy", test_patch=_touching("a/test_b.py")),
+                                    version="1.1")
+        assert grading.test_command(sympy) == f"{cmd} a/test_b.py"
+        other = dataclasses.replace(sympy, version="9.9")  # a version swebench does not list
+        assert grading.test_command(other) == "pytest -rA a/test_b.py"
+    finally:
+        monkeypatch.delenv(specs.SPECS_ENV)
+        specs.clear_caches()
     assert grading.test_command(_task(test_patch=_touching("t/test_x.py"))) == \
         "pytest -rA t/test_x.py"
     # no Python test file: the command gets the files the test patch touches
