@@ -11,6 +11,13 @@ lacks and the sandbox gets both (a chain of at most ``MAX_CHAIN`` packs): tasks 
 repository then share its history on disk. Concurrent builders take a file lock; the pack is built in a temp dir and renamed
 into place, so a reader never sees half a pack.
 
+A clone may lack objects outside the base tree (a historical commit or blob lost or never
+fetched): only the base commit's tree is needed. When the full walk fails, the pack holds the
+history that can still be read from the base (the last ``--max-count`` that walks), or else the
+base commit and its tree alone, and the sandbox's repository is shallow at its boundary
+(``.git/shallow``): ``git log`` ends there instead of failing. A missing object *in* the base
+tree is an error naming it.
+
 Host git only ever runs here over the cached repository (never over a directory the agent
 can write), with system and global config ignored.
 """
@@ -78,6 +85,7 @@ class BasePack:
     sha: str
     chain: tuple[Path, ...]
     packed_refs: bytes  # the tags reachable from the base, in packed-refs format (may be empty)
+    shallow: bytes = b""  # commits whose parents the clone lacks (history cut there)
 
     @property
     def objects(self) -> Path:
@@ -102,7 +110,8 @@ def _ready(d: Path) -> BasePack | None:
         if up is None:  # an ancestor pack was removed by hand: rebuild this one
             return None
         chain += up.chain
-    return BasePack(d.name, chain, (d / "packed-refs").read_bytes())
+    shallow = (d / "shallow").read_bytes() if (d / "shallow").is_file() else b""
+    return BasePack(d.name, chain, (d / "packed-refs").read_bytes(), shallow)
 
 
 def base_pack(repo_name: str, repo: Path | None, base_commit: str) -> BasePack:
@@ -164,27 +173,61 @@ def _nearest_packed_ancestor(repo: Path, root: Path, sha: str) -> BasePack | Non
 
 
 def _build(repo: Path, sha: str, out: Path, parent: BasePack | None) -> None:
-    tags = host_git(
-        "for-each-ref",
-        f"--merged={sha}",
-        "--format=%(objectname) %(refname)",
-        "refs/tags",
-        cwd=repo,
-    )
-    tag_objects = [line.split()[0] for line in tags.decode().splitlines() if line.strip()]
     (out / "objects" / "pack").mkdir(parents=True)
     (out / "objects" / "info").mkdir()
-    revs = [sha, *tag_objects] + ([f"^{parent.sha}"] if parent else [])
-    host_git(
-        "pack-objects", "--revs", "-q", str(out / "objects" / "pack" / "pack"),
-        cwd=repo, input=("\n".join(revs) + "\n").encode(),
-    )  # fmt: skip
+    try:
+        tags = host_git(
+            "for-each-ref", f"--merged={sha}", "--format=%(objectname) %(refname)",
+            "refs/tags", cwd=repo,
+        )  # fmt: skip
+        tag_objects = [line.split()[0] for line in tags.decode().splitlines() if line.strip()]
+        revs = [sha, *tag_objects] + ([f"^{parent.sha}"] if parent else [])
+        host_git(
+            "pack-objects", "--revs", "-q", str(out / "objects" / "pack" / "pack"),
+            cwd=repo, input=("\n".join(revs) + "\n").encode(),
+        )  # fmt: skip
+    except SandboxError:  # an object of the history is missing: keep what the base needs
+        for p in (out / "objects" / "pack").iterdir():
+            p.unlink()
+        tags, parent = b"", None
+        (out / "shallow").write_bytes(_pack_readable(repo, sha, out / "objects" / "pack" / "pack"))
     (out / "packed-refs").write_bytes(tags)  # no "peeled" header: git peels tags itself
     (out / "parent").write_text(parent.sha if parent else "")
     for p in out.rglob("*"):  # readable by every sandbox uid, writable by none
         p.chmod(0o755 if p.is_dir() else 0o444)
     out.chmod(0o755)
     (out / "done").write_text(sha + "\n")
+
+
+def _pack_readable(repo: Path, sha: str, pack: Path) -> bytes:
+    """Pack the longest history below ``sha`` that reads whole (down to the base alone);
+    returns the shallow commits. SandboxError naming the object when the base's own tree is
+    incomplete."""
+    for depth in (1000, 100, 10, 0):
+        try:
+            if depth:
+                commits = host_git("rev-list", f"--max-count={depth}", sha, cwd=repo).split()
+            else:
+                commits = [sha.encode()]
+            objects = host_git(
+                "rev-list", "--objects", "--no-walk", "--stdin", cwd=repo,
+                input=b"\n".join(commits) + b"\n",
+            )  # fmt: skip
+            host_git("pack-objects", "-q", str(pack), cwd=repo, input=objects)
+        except SandboxError as e:
+            for p in pack.parent.iterdir():
+                p.unlink()
+            if depth == 0:
+                raise SandboxError(f"the base commit {sha}'s own tree is incomplete: {e}") from None
+            continue
+        have, shallow = set(commits), []
+        for c in commits:  # cat-file reads the commit alone (rev-list would read its parents)
+            body = host_git("cat-file", "commit", c.decode(), cwd=repo).split(b"\n\n", 1)[0]
+            parents = [x.split()[1] for x in body.split(b"\n") if x.startswith(b"parent ")]
+            if any(p not in have for p in parents):
+                shallow.append(c)
+        return b"".join(c + b"\n" for c in shallow)
+    raise AssertionError("unreachable")
 
 
 def init_repo(
@@ -200,6 +243,8 @@ def init_repo(
     (git_dir / "HEAD").write_text(pack.sha + "\n")
     if pack.packed_refs:
         (git_dir / "packed-refs").write_bytes(pack.packed_refs)
+    if pack.shallow:  # history cut where the clone lacks objects: git log stops there
+        (git_dir / "shallow").write_bytes(pack.shallow)
     if work_tree is not None or index:
         env = git_env(GIT_DIR=str(git_dir))
         args = ["read-tree", "--reset", pack.sha]
