@@ -2,8 +2,9 @@
 
 ``/v1/chat/completions`` (``n=1``, text messages; ``temperature``, ``top_p``,
 ``max_tokens``/``max_completion_tokens``, ``seed`` and ``stop`` honoured; ``tools`` in the chat
-template's form, see ``agents.gateway.tools``; ``stream`` as server-sent events) and
-``/v1/models``. A streamed reply is generated and recorded whole before its first event goes out
+template's form, see ``agents.gateway.tools``; ``stream`` as server-sent events), ``/v1/models``,
+and the recorded sessions: ``GET /v1/sessions`` (ids and counts), ``GET /v1/sessions/{id}``
+(the saved ``Trajectory`` form), ``DELETE /v1/sessions/{id}`` (returns it and forgets it). A streamed reply is generated and recorded whole before its first event goes out
 (the engines return whole generations), so a client that leaves mid-stream loses nothing
 already recorded; the events carry the content, then the tool calls, then the finish reason.
 Errors come back in OpenAI's form, ``{"error": {"message", "type", "param", "code"}}`` with a
@@ -27,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agents.gateway.sessions import Reply, SessionRecorder, key_session_id
+from agents.gateway.sessions import ContextTooLong, Reply, SessionRecorder, key_session_id
 from agents.gateway.tools import ToolSupportError, normalize_tool_calls
 from agents.protocols import Model, SamplingParams
 
@@ -95,7 +96,8 @@ def sampling_params(body: dict[str, Any], default_max_tokens: int) -> SamplingPa
         raise APIError(400, f"unsupported parameters {unknown}", unknown[0])
     if body.get("n", 1) != 1:
         raise APIError(400, f"n must be 1 (one sample per request), got {body['n']!r}", "n")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or default_max_tokens
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = default_max_tokens if max_tokens is None else max_tokens  # 0 is an error
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise APIError(
             400, f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens"
@@ -205,6 +207,17 @@ def _stream_events(head: dict, reply: Reply, finish: str, usage: dict | None):
     yield "data: [DONE]\n\n"
 
 
+def model_context_limit(model: Model) -> int | None:
+    """Tokens the model attends to: its config's ``max_position_embeddings``, else the
+    tokenizer's ``model_max_length`` when it is a real limit (tokenizers without one say 1e30)."""
+    for holder in (getattr(model, "model", None), getattr(model, "module", None)):
+        n = getattr(getattr(holder, "config", None), "max_position_embeddings", None)
+        if isinstance(n, int) and n > 0:
+            return n
+    n = getattr(getattr(model, "tokenizer", None), "model_max_length", None)
+    return n if isinstance(n, int) and 0 < n < 10**7 else None
+
+
 class Gateway:
     """OpenAI-compatible server in front of a token ``Model`` that records each session.
 
@@ -212,16 +225,29 @@ class Gateway:
         model: a token backend (``TransformersModel``, ``VLLMModel``) with a chat template.
         name: the model id clients must ask for (default: ``model.name``).
         default_max_tokens: ``max_tokens`` when a request sets none.
+        context_limit: prompt + ``max_tokens`` allowed per request, checked before the engine
+            runs (a 400 naming it); default: the model's own (``model_context_limit``).
     """
 
-    def __init__(self, model: Model, name: str | None = None, default_max_tokens: int = 1024):
-        self.recorder = SessionRecorder(model, name)
+    def __init__(
+        self,
+        model: Model,
+        name: str | None = None,
+        default_max_tokens: int = 1024,
+        context_limit: int | None = None,
+    ):
+        if default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be >= 1, got {default_max_tokens!r}")
+        limit = context_limit if context_limit is not None else model_context_limit(model)
+        self.recorder = SessionRecorder(model, name, context_limit=limit)
         self.name = self.recorder.name
         self.default_max_tokens = default_max_tokens
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/sessions", self._sessions, methods=["GET"]),
+                Route("/v1/sessions/{sid:path}", self._one_session, methods=["GET", "DELETE"]),
             ]
         )
         self._server: Any = None
@@ -251,7 +277,39 @@ class Gateway:
         model = {"id": self.name, "object": "model", "created": 0, "owned_by": "swe-gym-rl"}
         return JSONResponse({"object": "list", "data": [model]})
 
-    def _session_id(self, request: Request) -> str:
+    async def _sessions(self, request: Request) -> JSONResponse:
+        data = []
+        for sid in self.session_ids():
+            try:
+                traj = self.recorder.trajectory(sid)
+            except KeyError:  # deleted meanwhile
+                continue
+            data.append(
+                {
+                    "id": sid,
+                    "object": "session",
+                    "turns": len(traj.turns),
+                    "segments": len(traj.agent.get("segment_starts") or []),
+                    "prefix_failures": traj.agent.get("prefix_failures", 0),
+                }
+            )
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _one_session(self, request: Request) -> JSONResponse:
+        """The session's Trajectory in its saved form (``Trajectory.from_dict`` reads it);
+        DELETE also removes it."""
+        sid = request.path_params["sid"]
+        try:
+            get = self.pop_session if request.method == "DELETE" else self.trajectory
+            traj = await run_in_threadpool(get, sid)
+        except KeyError:
+            return APIError(404, f"no session {sid!r}", "session", "session_not_found").response()
+        return JSONResponse(traj.to_dict())
+
+    def _session_id(self, request: Request, messages: list[dict[str, Any]]) -> str:
+        """The ``X-Session-Id`` header names one session (its requests are served one at a
+        time, in order). Without it the API key names a family of sessions: each concurrent
+        conversation under the key gets its own (``SessionRecorder.route``)."""
         sid = request.headers.get(SESSION_HEADER)
         if sid:
             return sid
@@ -261,7 +319,7 @@ class Gateway:
             raise APIError(
                 401, f"send an {SESSION_HEADER!r} header or an API key to name the session"
             )
-        return key_session_id(key)
+        return self.recorder.route(key_session_id(key), messages)
 
     async def _chat(self, request: Request) -> JSONResponse:
         try:
@@ -282,13 +340,15 @@ class Gateway:
             params = sampling_params(body, self.default_max_tokens)
             tools = parse_tools(body)
             stream = _stream_flag(body)
-            sid = self._session_id(request)
+            sid = self._session_id(request, messages)
             try:
                 reply = await run_in_threadpool(
                     self.recorder.complete_turn, sid, messages, params, tools
                 )
             except ToolSupportError as e:
                 raise APIError(400, str(e), "tools", "tools_not_supported") from None
+            except ContextTooLong as e:
+                raise APIError(400, str(e), "messages", "context_length_exceeded") from None
         except APIError as e:
             return e.response()
         except Exception:

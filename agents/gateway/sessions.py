@@ -43,6 +43,18 @@ from agents.trajectory import Trajectory, Turn
 PREFIX_FAILED = "prefix_check_failed"
 
 
+class ContextTooLong(ValueError):
+    """The prompt and the requested completion do not fit the model's context."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, limit: int):
+        self.prompt_tokens, self.max_new_tokens, self.limit = prompt_tokens, max_new_tokens, limit
+        super().__init__(
+            f"this model's context is {limit} tokens; the request needs {prompt_tokens} for the "
+            f"messages and up to {max_new_tokens} for the completion "
+            f"({prompt_tokens + max_new_tokens} in all): shorten the messages or lower max_tokens"
+        )
+
+
 def key_session_id(api_key: str) -> str:
     """A session id derived from an API key: a hash, so the key itself is never stored."""
     return "key-" + hashlib.sha256(api_key.encode()).hexdigest()[:16]
@@ -103,12 +115,13 @@ class Session:
     tools: list[dict[str, Any]] | None = None  # the tools the session's ids were rendered with
     metadata: dict[str, Any] = field(default_factory=dict)  # passed on to the engine each turn
     lock: threading.Lock = field(default_factory=threading.Lock)
+    busy: bool = False  # a request is routed to it (set and read under the recorder's lock)
 
 
 class SessionRecorder:
     """Turns chat requests into engine calls on exact ids and records them per session."""
 
-    def __init__(self, model: Model, name: str | None = None):
+    def __init__(self, model: Model, name: str | None = None, context_limit: int | None = None):
         tokenizer = getattr(model, "tokenizer", None)
         if tokenizer is None:
             raise ValueError(
@@ -124,6 +137,7 @@ class SessionRecorder:
         self._tool_form: str | ToolSupportError | None = None
         self.prefix_failures = 0
         self.requests = 0
+        self.context_limit = context_limit
 
     # -- token rendering ------------------------------------------------------------------------
     def _render_text(
@@ -210,16 +224,19 @@ class SessionRecorder:
     def _session(self, session_id: str) -> Session:
         with self._lock:
             session = self._sessions.get(session_id)
-            if session is None:
-                traj = Trajectory(model=self.name, token_exact=True, finish_reason="submitted")
-                traj.agent = {
-                    "class": "gateway",
-                    "session": session_id,
-                    "segment_starts": [],
-                    "prefix_failures": 0,
-                }
-                session = self._sessions[session_id] = Session(session_id, traj)
-            return session
+            return session if session is not None else self._new_session(session_id)
+
+    def _new_session(self, session_id: str) -> Session:
+        """Called with ``self._lock`` held."""
+        traj = Trajectory(model=self.name, token_exact=True, finish_reason="submitted")
+        traj.agent = {
+            "class": "gateway",
+            "session": session_id,
+            "segment_starts": [],
+            "prefix_failures": 0,
+        }
+        session = self._sessions[session_id] = Session(session_id, traj)
+        return session
 
     def open_session(self, session_id: str, **metadata: Any) -> None:
         """Start ``session_id`` ahead of its first request, with ``metadata`` (``task_id``,
@@ -234,6 +251,27 @@ class SessionRecorder:
         """Generate the reply to ``messages`` in ``session_id`` and record the turn."""
         return self.complete_turn(session_id, messages, params).generation
 
+    def route(self, base_id: str, messages: list[dict[str, Any]]) -> str:
+        """The session of ``base_id``'s family (``base_id``, ``base_id~1``, ...) this request
+        continues: an idle one whose history the messages extend, else an idle empty one, else a
+        new one. For sessions named by a shared API key: concurrent conversations under one key
+        become separate sessions instead of queueing into one and breaking each other's prefix."""
+        messages = [normalize_message(m) for m in messages]
+        with self._lock:
+            family = [s for sid, s in self._sessions.items() if sid.split("~")[0] == base_id]
+            idle = [s for s in family if not s.busy]
+            pick = next(
+                (s for s in idle if s.messages and messages[: len(s.messages)] == s.messages),
+                next((s for s in idle if not s.messages), None),
+            )
+            if pick is None:
+                sid = base_id if not family else f"{base_id}~{len(family)}"
+                while sid in self._sessions:
+                    sid += "~"
+                pick = self._new_session(sid)
+            pick.busy = True  # released when its turn is recorded (complete_turn)
+            return pick.session_id
+
     def complete_turn(
         self,
         session_id: str,
@@ -242,7 +280,24 @@ class SessionRecorder:
         tools: list[dict[str, Any]] | None = None,
     ) -> Reply:
         """Like :meth:`complete`, with ``tools`` rendered by the template and the reply's tool
-        calls parsed back (``ToolSupportError`` when the template cannot take tools)."""
+        calls parsed back (``ToolSupportError`` when the template cannot take tools).
+        ``ContextTooLong`` before the engine runs when the prompt and ``max_new_tokens`` pass
+        ``context_limit``; the session is then left as it was."""
+        try:
+            return self._complete_turn(session_id, messages, params, tools)
+        finally:
+            with self._lock:
+                session = self._sessions.get(session_id)
+                if session is not None:
+                    session.busy = False
+
+    def _complete_turn(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        params: SamplingParams,
+        tools: list[dict[str, Any]] | None,
+    ) -> Reply:
         tools = tools or None
         if tools:
             self.check_tools()
@@ -255,14 +310,16 @@ class SessionRecorder:
             new_segment = not delta
             if new_segment:
                 delta = self._initial_ids(messages, tools)
-                prompt = list(delta)
+            prompt = list(delta) if new_segment else session.token_ids + delta
+            limit = self.context_limit
+            if limit is not None and len(prompt) + params.max_new_tokens > limit:
+                raise ContextTooLong(len(prompt), params.max_new_tokens, limit)
+            if new_segment:
                 if why:
                     session.prefix_failures += 1
                     traj.agent["prefix_failures"] = session.prefix_failures
                     with self._lock:
                         self.prefix_failures += 1
-            else:
-                prompt = session.token_ids + delta
             conversation = Conversation(
                 messages=messages,
                 token_ids=prompt,
