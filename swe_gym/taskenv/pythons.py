@@ -121,16 +121,16 @@ def choose(version: str, allow_nearest: bool = False, what: str = "") -> tuple[I
             ),
         )
         return best, f"Python {version} not found; using the nearest, {best.minor} ({best.path})"
-    why = (
-        f"uv cannot make environments for Python {version} (oldest: {UV_MIN[0]}.{UV_MIN[1]})"
-        if want < UV_MIN
-        else f"no Python {version} on this machine"
-    )
+    if want < UV_MIN:
+        raise PythonNotFound(
+            f"{what}uv cannot make environments for Python {version} (oldest: "
+            f"{UV_MIN[0]}.{UV_MIN[1]}); run this task with backend='docker' and its image"
+        )
     raise PythonNotFound(
-        f"{what}{why} (found: {have}). Get it with `pyenv install {version}` (or `uv python "
-        f"install {version}`, or your system's package), then retry; or allow the nearest "
-        "version: sandbox option allow_nearest_python=True (python -m swe_gym.validate "
-        "--allow-nearest-python)"
+        f"{what}no Python {version} on this machine (found: {have}). Get it with `pyenv "
+        f"install {version}` (or `uv python install {version}`, or your system's package), "
+        "then retry; or allow the nearest version: sandbox option allow_nearest_python=True "
+        "(python -m swe_gym.validate --allow-nearest-python)"
     )
 
 

@@ -1,0 +1,90 @@
+"""Where a task's recipe comes from, the key its environment is cached by, when the host's
+interpreter is kept, and which interpreter a recipe gets (no sandbox, no build)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from swe_gym.taskenv import specs, uses_host
+from swe_gym.taskenv.pythons import PythonNotFound, choose, installed
+from swe_gym.taskenv.recipe import Recipe, host_satisfies, recipe_for
+from swe_gym.tasks import normalise_row
+
+HOST = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _task(**row):
+    base = {"instance_id": "r-1", "repo": "me/lib", "base_commit": "0" * 40,
+            "problem_statement": "", "patch": "", "test_patch": "", "FAIL_TO_PASS": ["a"]}
+    return normalise_row({**base, **row})
+
+
+def test_the_rows_install_config_first_then_swebenchs_spec_then_none(tmp_path, monkeypatch):
+    table = {"me/lib": {"1.0": {"python": "3.9", "pip_packages": ["pytest==7.4.4"],
+                                "packages": "requirements.txt", "install": "pip install -e ."}}}
+    (tmp_path / "s.json").write_text(json.dumps(table))
+    monkeypatch.setenv(specs.SPECS_ENV, str(tmp_path / "s.json"))
+    specs.clear_caches()
+    try:
+        reqs = lambda commit, path: "six==1.16.0\n" if path == "requirements.txt" else None  # noqa: E731
+        r = recipe_for(_task(version="1.0", environment_setup_commit="e" * 40), reqs,
+                       lambda c: "2021-03-04T05:06:07+00:00")
+        assert (r.source, r.python, r.packages, r.install) == (
+            "swebench", "3.9", ["pytest==7.4.4"], "pip install -e .")
+        assert r.requirements == {"requirements.txt": "six==1.16.0\n"}
+        assert r.setup_commit == "e" * 40 and r.exclude_newer == "2021-03-04"
+        own = recipe_for(_task(version="1.0", install_config={"python": "3.8"}))
+        assert own.source == "install_config" and own.python == "3.8"
+        assert recipe_for(_task(version="2.0")).source == "none"
+    finally:
+        monkeypatch.delenv(specs.SPECS_ENV)
+        specs.clear_caches()
+
+
+def test_the_key_is_the_recipes_not_the_instances():
+    cfg = {"python": "3.9", "pip_packages": ["pytest==7.4.4"]}
+    a = recipe_for(_task(instance_id="a-1", install_config=cfg))
+    b = recipe_for(_task(instance_id="b-2", install_config=cfg, test_patch=""))
+    assert a.key == b.key
+    changed = recipe_for(_task(install_config={**cfg, "pip_packages": ["pytest==7.4.3"]}))
+    assert changed.key != a.key  # a changed install_config never reuses the old environment
+    dated = recipe_for(_task(install_config=cfg, created_at="2020-01-02T00:00:00Z"))
+    assert dated.exclude_newer == "2020-01-02" and dated.key != a.key
+
+
+def test_a_conda_recipe_is_named_as_unbuildable():
+    r = recipe_for(_task(install_config={"python": "3.9", "packages": "environment.yml"}))
+    assert any("environment.yml" in u for u in r.unsupported)
+
+
+def test_the_host_is_kept_only_when_it_meets_the_recipe():
+    assert host_satisfies(Recipe("install_config", python=HOST, packages=["pytest"]))
+    assert not host_satisfies(Recipe("install_config", packages=["pytest==7.4.4"]))  # host: newer
+    assert not host_satisfies(Recipe("install_config", python="3.9"))
+    assert not host_satisfies(Recipe("install_config", install="pip install -e ."))
+    assert not host_satisfies(Recipe("install_config", packages=["no-such-dist-here"]))
+    starter = _task(repo="starter/tinystats", install_config={"python": "3.9"})
+    assert uses_host(starter, recipe_for(starter), "auto")  # the bundled suite: the host's
+    pinned = _task(install_config={"python": "3.9"})
+    assert not uses_host(pinned, recipe_for(pinned), "auto")
+    assert uses_host(pinned, recipe_for(pinned), "host")
+    with pytest.raises(ValueError, match="environment"):
+        uses_host(pinned, recipe_for(pinned), "conda")
+
+
+def test_interpreters_come_from_the_machine_and_a_missing_one_is_named():
+    found = installed()
+    assert found and all(i.path.startswith("/") for i in found)
+    exact, note = choose(HOST)
+    assert exact.minor == HOST and note == ""
+    with pytest.raises(PythonNotFound) as err:
+        choose("3.99")
+    msg = str(err.value)
+    assert "3.99" in msg and "pyenv install 3.99" in msg and "allow_nearest_python" in msg
+    nearest, note = choose("3.99", allow_nearest=True)
+    assert nearest.version[0] == 3 and "nearest" in note
+    with pytest.raises(PythonNotFound, match="uv cannot make environments for Python 2.7"):
+        choose("2.7", allow_nearest=True)

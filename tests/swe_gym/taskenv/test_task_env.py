@@ -1,0 +1,101 @@
+"""A row's environment built from its recipe and what the local sandbox then sees, on the
+generated ``gen/oldpy`` (Python 3.9 only, pytest pinned to 7.4.4 while the host has a newer
+one, ``inflection`` the host lacks, tests that need the ``pip install -e .`` metadata and the
+``_version.py`` it generates). Needs PyPI for the first build (seconds, tiny packages); one
+temp toolkit cache for the session (``conftest.env_cache``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from swe_gym import taskenv
+from swe_gym.grading import grade_patch
+from swe_gym.sandbox.local import LocalSandbox
+from swe_gym.starter import starter_tasks
+from swe_gym.taskenv.build import ensure
+from swe_gym.taskenv.recipe import Recipe
+from swe_gym.tasks import normalise_row
+
+
+def test_the_rows_environment_grades_as_the_row_needs(oldpy):
+    row, repos = oldpy
+    task = normalise_row(row)
+    opts = {"repos_dir": repos}
+    empty = grade_patch(task, "", sandbox_options=opts)
+    assert empty.reason == "tests_failed" and empty.f2p_failed == row["FAIL_TO_PASS"]
+    assert not empty.p2p_failed  # 3.9, the pinned pytest, the editable install's files
+    gold = grade_patch(task, row["patch"], sandbox_options=opts)
+    assert gold.resolved, gold
+    # the host's interpreter cannot even import the package (collections.Mapping, 3.10+)
+    host = grade_patch(task, row["patch"], sandbox_options={**opts, "environment": "host"})
+    assert not host.resolved
+
+
+def test_the_sandbox_sees_only_the_environment(oldpy):
+    row, repos = oldpy
+    with LocalSandbox(normalise_row(row), repos_dir=repos) as sb:
+        env = sb.task_env
+        assert env is not None and env.manifest["python"].startswith("3.9.")
+        out = sb.run("command -v python pytest; python -c 'import sys; print(sys.version_info[:2])'")
+        assert out.output.split() == [f"{env.venv}/bin/python", f"{env.venv}/bin/pytest", "(3,", "9)"]
+        # the host's site-packages and plugins are not there, nor its other interpreters
+        assert sb.run("python -c 'import swebench'").exit_code != 0
+        assert sb.run(f"ls {sys.base_prefix}/lib").exit_code != 0
+        assert sb.run("pytest --version").output.strip().endswith("7.4.4")
+        # the install step's generated file is in the tree, outside git status and the diff
+        assert sb.run("cat oldpy/_version.py; git status --short").output == "version = '0.1'\n"
+        sb.write_file("oldpy/new.py", "x = 1\n")
+        assert "_version" not in sb.diff() and "oldpy/new.py" in sb.diff()
+
+
+def test_the_environment_is_cached_by_recipe_and_reused_by_other_processes(oldpy):
+    row, repos = oldpy
+    task = normalise_row(row)
+    first = taskenv.resolve(task, repos_dir=repos)
+    other = normalise_row({**row, "instance_id": "gen__oldpy-2"})
+    assert taskenv.resolve(other, repos_dir=repos).root == first.root  # key: the recipe
+    code = ("import json, sys; from swe_gym import taskenv; from swe_gym.tasks import normalise_row;"
+            "e = taskenv.resolve(normalise_row(json.loads(sys.argv[1])), repos_dir=sys.argv[2]);"
+            "print(e.built_now, e.root)")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(row), repos],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", str(first.root)]
+
+
+def test_concurrent_builders_build_once(env_cache):
+    recipe = Recipe("install_config", python="3.12", packages=["inflection==0.5.1"])
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(ensure(recipe, label="t")))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(e.built_now for e in got) == 1 and len({e.root for e in got}) == 1
+    assert subprocess.run([f"{got[0].venv}/bin/python", "-c", "import inflection"]).returncode == 0
+
+
+def test_a_python_the_machine_lacks_is_a_report_naming_it(oldpy):
+    row, repos = oldpy
+    row = {**row, "install_config": {**row["install_config"], "python": "3.99"}}
+    report = grade_patch(normalise_row(row), row["patch"], sandbox_options={"repos_dir": repos})
+    assert report.reason == "grading_error"
+    assert "no Python 3.99" in report.detail and "allow_nearest_python" in report.detail
+
+
+def test_starter_tasks_keep_the_host_interpreter_and_stay_fast():
+    task = starter_tasks()[0]
+    with LocalSandbox(task) as sb:
+        assert sb.task_env is None and sb.env_seconds < 1.0
+        assert sb.run("python -c 'import pytest'").exit_code == 0
+
+
+def test_task_policy_without_a_recipe_says_so(mini_repo):
+    row, repos = mini_repo
+    with pytest.raises(taskenv.EnvBuildError, match="no recipe"):
+        taskenv.resolve(normalise_row({**row, "install_config": None}), "task", repos)
