@@ -259,6 +259,20 @@ def _describe(agent: Agent) -> dict[str, Any]:
     return {"model": type(agent).__name__, "sampling": {}, "agent": {"class": type(agent).__name__}}
 
 
+PUBLIC_TASK_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "version")
+
+
+def public_task(task: Any) -> dict[str, Any]:
+    """What an agent may know of its task: no gold patch, test patch or test lists."""
+    return {k: getattr(task, k) for k in PUBLIC_TASK_FIELDS if hasattr(task, k)}
+
+
+def needs_answer(obj: Any) -> bool:
+    """Whether ``obj`` (an agent or a model) declares it replays the answer (an oracle):
+    only those receive the whole task, gold patch included."""
+    return bool(getattr(obj, "needs_answer", False))
+
+
 def run_episode(
     env: Any,
     agent_or_model: Agent | Model,
@@ -299,7 +313,8 @@ def run_episode(
         agent_info.setdefault("seed", seed)
         task = getattr(getattr(env, "unwrapped", env), "task", None)
         if task is not None:
-            agent_info.setdefault("task", task)
+            wants = needs_answer(agent_or_model) or needs_answer(getattr(agent, "model", None))
+            agent_info.setdefault("task", task if wants else public_task(task))
         agent.reset(obs, agent_info)
         while True:
             t0 = time.perf_counter()

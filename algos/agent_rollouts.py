@@ -158,6 +158,13 @@ def _wrap_env(env: Any, task_id: str | None, seed: int, timeout_s: float | None,
     return EpisodeEnv(env)
 
 
+def _engine_view(task: Any, engine: _RunSampling) -> Any:
+    """The task as the engine sees it in each turn's metadata: whole only for an oracle."""
+    from agents.react import needs_answer, public_task
+
+    return task if task is None or needs_answer(engine.model) else public_task(task)
+
+
 def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
              make_env: Callable[[], Any], task_id: str | None, seed: int, spec: Any) -> Trajectory:
     api_key = "sk-episode-" + secrets.token_hex(16)
@@ -168,7 +175,7 @@ def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
     env = None
     try:
         env = _wrap_env(make_env(), task_id, seed, spec.episode_timeout_s, traj,
-                        lambda task: gateway.open_session(sid, task=task))
+                        lambda task: gateway.open_session(sid, task=_engine_view(task, engine)))
         program = factory(base_url=gateway.url, api_key=api_key, model=gateway.name)
         program(env)
         if not env.ended:

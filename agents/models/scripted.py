@@ -127,17 +127,21 @@ class OracleModel(ScriptedModel):
         action_format: str = "fenced",
         tokenizer: Any = None,
         name: str = "oracle",
+        explore: bool = True,
     ):
         super().__init__(self._oracle_reply, tokenizer=tokenizer, name=name)
         self.action_format = action_format
+        self.explore = explore  # False: edit and submit only (swe_gym.oracle.oracle_calls)
         self._task_source = tasks
         self._tasks: dict[str, Any] | None = None
         self._actions: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
+    needs_answer = True  # run_episode passes it the whole task, gold patch included
+
     def _task(self, conversation: Conversation) -> Any:
         task = conversation.metadata.get("task")
-        if task is not None:
+        if task is not None and not isinstance(task, dict):  # a dict: the public view only
             return task
         task_id = conversation.metadata.get("task_id")
         with self._lock:
@@ -160,7 +164,8 @@ class OracleModel(ScriptedModel):
         with self._lock:
             actions = self._actions.get(task.instance_id)
         if actions is None:
-            actions = oracle_actions(task, action_format=self.action_format)
+            actions = oracle_actions(task, action_format=self.action_format,
+                                     explore=self.explore)
             with self._lock:
                 self._actions[task.instance_id] = actions
         turn = _turn(conversation)
