@@ -8,20 +8,31 @@ checked. Local clones are found under ``--repos-dir`` (default: the ``SWE_GYM_RE
 environment variable) as ``<owner>__<name>``; ``--sandbox-option KEY=VALUE`` passes options to
 the sandbox (repeatable). ``--official`` judges by the SWE-bench rule instead of the reward's
 (``swe_gym.grading``: there a FAIL_TO_PASS test must be PASSED, not XFAIL).
+
+Under each row's line, an indented line says what the row ran with: its environment
+(``swe_gym.taskenv``: the key and Python, built now or cached, and the time; or ``host``; or
+why it cannot be built, then the row is not graded), the log parser and test command with
+where each came from, and for the empty and the gold patch the project's verdict beside
+swebench's own (``swe_gym.official``: swebench's functions on the same complete log).
+``--json FILE`` writes these per row. ``--environment`` and ``--allow-nearest-python`` are
+the local sandbox's options of the same names.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from swe_gym import taskenv
 from swe_gym.errors import SandboxUnavailable, SWEGymError
-from swe_gym.grading import grade_patch
+from swe_gym.official import grade_logged, swebench_verdict
 from swe_gym.tasks import Task, load_rows, normalise_row
+from swe_gym.testrun import log_parser_choice, test_command_choice
 
 
 @dataclass
@@ -30,16 +41,66 @@ class Validation:
     ok: bool
     problems: list[str]
     seconds: float
+    env: str = ""  # "host", "<key> python X.Y.Z", or "not built: <reason>"
+    env_s: float = 0.0  # time to build (or find) the environment
+    env_built: bool = False  # built by this run (else cached or host)
+    parser: str = ""
+    command: str = ""
+    verdicts: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # empty/gold -> ours, swebench's
+
+    @property
+    def agree(self) -> bool:
+        return all(v["ours"] == v["swebench"] for v in self.verdicts.values())
+
+
+def _environment(task: Task, backend: str, options: dict, v: Validation) -> bool:
+    """Build (or find) the row's environment first, so its time and failure are the row's."""
+    if backend != "local":
+        v.env = f"{backend} image"
+        return True
+    t0 = time.monotonic()
+    try:
+        env = taskenv.resolve(
+            task,
+            options.get("environment", "auto"),
+            options.get("repos_dir"),
+            options.get("allow_nearest_python", False),
+        )
+    except SandboxUnavailable as e:
+        if "no local git repository" not in str(e):
+            raise  # the backend is missing: every row would fail the same way
+        v.env, v.env_s = f"not built: {e}", time.monotonic() - t0
+        v.problems.append(f"environment not built: {e}")
+        return False
+    except SWEGymError as e:
+        v.env, v.env_s = f"not built: {e}", time.monotonic() - t0
+        v.problems.append(f"environment not built: {e}")
+        return False
+    v.env_s = time.monotonic() - t0
+    if env is None:
+        v.env = "host"
+    else:
+        m = env.manifest
+        v.env, v.env_built = f"{env.key[:12]} python {m['python']}", env.built_now
+        if m.get("note"):
+            v.env += f" ({m['note']})"
+    return True
 
 
 def validate_task(
     task: Task, backend: str = "local", sandbox_options: dict | None = None, rule: str = "rl"
 ) -> Validation:
-    problems = []
-    grade = lambda patch: grade_patch(  # noqa: E731
-        task, patch, backend=backend, sandbox_options=sandbox_options, rule=rule
-    )
-    before = grade("")
+    options = sandbox_options or {}
+    (parser, psrc), (command, csrc) = log_parser_choice(task), test_command_choice(task)
+    v = Validation(task.instance_id, False, [], 0.0, parser=f"{parser} [{psrc}]",
+                   command=f"{command} [{csrc}]")  # fmt: skip
+    if not _environment(task, backend, options, v):
+        return v
+    problems = v.problems
+    before, log = grade_logged(task, "", backend, options, rule)
+    v.verdicts["empty"] = {"ours": before.resolved, "swebench": swebench_verdict(task, log)}
     if before.reason in (
         "test_patch_failed",
         "tests_timed_out",
@@ -53,7 +114,8 @@ def validate_task(
             problems.append(f"F2P tests pass before the fix: {passing_f2p}")
         if before.p2p_failed:
             problems.append(f"P2P tests fail before the fix: {before.p2p_failed}")
-    after = grade(task.patch)
+    after, log = grade_logged(task, task.patch, backend, options, rule)
+    v.verdicts["gold"] = {"ours": after.resolved, "swebench": swebench_verdict(task, log)}
     if not after.resolved:
         detail = after.f2p_failed + after.p2p_failed
         msg = f"gold patch does not resolve: {after.reason} {after.detail} {detail or ''}".strip()
@@ -62,9 +124,8 @@ def validate_task(
         if after.dropped:
             msg += f"; test infrastructure reverted from the gold patch: {after.dropped}"
         problems.append(msg)
-    return Validation(
-        task.instance_id, not problems, problems, before.duration_s + after.duration_s
-    )
+    v.ok, v.seconds = not problems, before.duration_s + after.duration_s
+    return v
 
 
 def _row_id(row: Any, index: int) -> str:
@@ -132,6 +193,18 @@ def main(argv: list[str] | None = None) -> int:
         "numbers and true/false are converted",
     )
     p.add_argument(
+        "--environment",
+        choices=taskenv.POLICIES,
+        help="the task environment (local backend): auto (default), task or host; see "
+        "swe_gym.taskenv",
+    )
+    p.add_argument(
+        "--allow-nearest-python",
+        action="store_true",
+        help="build with the nearest Python on the machine when the recipe's is missing",
+    )
+    p.add_argument("--json", metavar="FILE", help="write each row's result as a JSON line")
+    p.add_argument(
         "--official",
         action="store_true",
         help="judge by the SWE-bench rule (an XFAIL FAIL_TO_PASS test passes) instead of the "
@@ -142,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     options = dict(args.sandbox_option)
     if args.repos_dir:
         options["repos_dir"] = args.repos_dir
+    if args.environment:
+        options["environment"] = args.environment
+    if args.allow_nearest_python:
+        options["allow_nearest_python"] = True
     rows = load_rows(args.tasks)
     if args.ids is not None:
         wanted = set(args.ids)
@@ -159,9 +236,34 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r.instance_id:<{width}}  {'ok  ' if r.ok else 'FAIL'}  {r.seconds:6.2f}s  {'; '.join(r.problems)}"
         )
+        if r.env or r.parser:
+            print(f"    {_details(r)}")
     bad = sum(not r.ok for r in results)
     print(f"{len(results) - bad} passed, {bad} failed (rule: {rule})")
+    judged = [r for r in results if r.verdicts]
+    agree = sum(r.agree for r in judged)
+    print(
+        f"agreement with swebench's verdict: {agree}/{len(judged)} rows (empty and gold patch); "
+        f"not built: {sum(r.env.startswith('not built') for r in results)}"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            for r in results:
+                f.write(json.dumps({**asdict(r), "agree": r.agree}) + "\n")
     return 1 if bad or not results else 0
+
+
+def _details(r: Validation) -> str:
+    if r.env.startswith("not built"):
+        env = "env: not built (above)"
+    else:
+        how = "built" if r.env_built else "found"
+        env = f"env: {r.env} ({how} in {r.env_s:.1f}s)" if r.env else ""
+    verdicts = ", ".join(
+        f"{k}: ours {v['ours']} swebench {v['swebench']}" for k, v in r.verdicts.items()
+    )
+    parts = (env, f"parser: {r.parser}", f"command: {r.command}", verdicts)
+    return " | ".join(x for x in parts if x)
 
 
 if __name__ == "__main__":
