@@ -178,35 +178,53 @@ def _phase(res: ChannelResult, nodeid: str, when: str) -> tuple[str | None, bool
     return own, xfail
 
 
-def test_statuses(res: ChannelResult) -> dict[str, str]:
-    """nodeid -> PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS, as pytest's -rA would say."""
-    out = {}
-    for nodeid in set(res.own) | set(res.rep):
+_ORDER = ("PASSED", "XFAIL", "XPASS", "ERROR", "FAILED")  # the order of pytest's -rA summary
+
+
+def summary_lines(res: ChannelResult) -> list[str]:
+    """The records as the lines of pytest's ``-rA`` summary (skips, which that summary names
+    by file and line only, are left out), so that the task's own parser keys them as it keys
+    the log: a passed test whose teardown failed is both PASSED and ERROR, as pytest says.
+    ERROR and FAILED lines carry a reason, as pytest's do (some parsers key ERROR lines with
+    it); XFAIL and XPASS lines none (``_lookup`` matches the log's reason-keyed ones)."""
+    lines: dict[str, list[str]] = {k: [] for k in _ORDER}
+    for nodeid in sorted(set(res.own) | set(res.rep)):
         setup, sx = _phase(res, nodeid, "setup")
         call, cx = _phase(res, nodeid, "call")
-        if setup in ("failed",):
-            out[nodeid] = "ERROR"
-        elif setup in ("skipped", "xfailed") or call is None:
-            out[nodeid] = "XFAIL" if sx or setup == "xfailed" else "SKIPPED"
+        teardown, _ = _phase(res, nodeid, "teardown")
+        if setup == "failed":
+            lines["ERROR"].append(f"ERROR {nodeid} - setup")
+            continue
+        if setup in ("skipped", "xfailed") or call is None:
+            if sx or setup == "xfailed":
+                lines["XFAIL"].append(f"XFAIL {nodeid}")
         elif call == "passed":
-            out[nodeid] = "XPASS" if cx else "PASSED"
+            lines["XPASS" if cx else "PASSED"].append(f"{'XPASS' if cx else 'PASSED'} {nodeid}")
         elif call == "xfailed" or (call in ("failed", "skipped") and cx):
-            out[nodeid] = "XFAIL"
-        elif call == "skipped":
-            out[nodeid] = "SKIPPED"
-        else:
-            out[nodeid] = "FAILED"
-    return out
+            lines["XFAIL"].append(f"XFAIL {nodeid}")
+        elif call != "skipped":
+            lines["FAILED"].append(f"FAILED {nodeid} - failed")
+        if teardown == "failed":
+            lines["ERROR"].append(f"ERROR {nodeid} - teardown")
+    return [line for k in _ORDER for line in lines[k]]
 
 
 def channel_status(res: ChannelResult, parser: str) -> dict[str, str]:
-    """The records as the task's log parser would key them (the same ids as the log's)."""
+    """The records as the task's log parser keys the log."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    lines = [f"{status} {nodeid}" for nodeid, status in sorted(test_statuses(res).items())]
-    return PARSER_REGISTRY[parser]("\n".join(lines), None)
+    return PARSER_REGISTRY[parser]("\n".join(summary_lines(res)), None)
+
+
+def _lookup(chan: dict[str, str], test: str) -> str | None:
+    """``test``'s recorded status. Some parsers key a line with its reason (``x - why``,
+    which the records do not hold): then the record whose id the key starts with."""
+    if test in chan:
+        return chan[test]
+    stems = [c for c in chan if test.startswith(c + " ")]
+    return chan[max(stems, key=len)] if stems else None
 
 
 def compare(log: dict[str, str], chan: dict[str, str], tests: list[str]) -> list[str]:
     """The task's tests the log shows passing that the records do not show passing."""
-    return [t for t in tests if log.get(t) in PASSING and chan.get(t) not in PASSING]
+    return [t for t in tests if log.get(t) in PASSING and _lookup(chan, t) not in PASSING]

@@ -1,0 +1,142 @@
+"""The grader's records agree with an honest log, whatever the tests' ids and outcomes.
+
+A generated repository whose suite has every outcome pytest reports (pass, fail, error in setup
+and teardown, skip by marker and by call, xfail by marker and by call, strict and loose xpass)
+under every id shape the log parsers meet (classes, parameters with spaces, brackets, dashes
+and non-ASCII, nested folders). Run through ``testrun.run_tests`` with the channel, for each
+pytest parser: no test the log shows passing lacks a passing record, and every record's status
+equals the log's wherever the log has one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from swe_gym import verdict
+from swe_gym.sandbox import make_sandbox
+from swe_gym.tasks import normalise_row
+from swe_gym.testinfra import WORK_DIR
+from swe_gym.testrun import run_tests
+
+SUITE = '''import pytest
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("setup fails")
+
+
+@pytest.fixture
+def bad_teardown():
+    yield 1
+    raise RuntimeError("teardown fails")
+
+
+def test_pass():
+    assert True
+
+
+def test_fail():
+    assert 1 == 2
+
+
+def test_setup_error(broken):
+    pass
+
+
+def test_teardown_error(bad_teardown):
+    pass
+
+
+@pytest.mark.skip(reason="marker")
+def test_skip_marker():
+    pass
+
+
+def test_skip_call():
+    pytest.skip("call")
+
+
+@pytest.mark.xfail(reason="known")
+def test_xfail_marker():
+    assert False
+
+
+def test_xfail_call():
+    pytest.xfail("call")
+
+
+@pytest.mark.xfail(reason="loose")
+def test_xpass_loose():
+    pass
+
+
+@pytest.mark.xfail(reason="strict", strict=True)
+def test_xpass_strict():
+    pass
+
+
+@pytest.mark.parametrize("v", ["a b", "x[1]", "dash-y", "caf\\u00e9", "1.5"])
+def test_params(v):
+    assert v != "dash-y"
+
+
+class TestGroup:
+    def test_method(self):
+        assert True
+
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_method_param(self, n):
+        assert n == 1
+'''
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repos = tmp_path_factory.mktemp("repos")
+    path = repos / "local__outcomes"
+    (path / "tests" / "deep").mkdir(parents=True)
+    (path / "tests" / "deep" / "test_outcomes.py").write_text(SUITE)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin", "HOME": str(repos)}  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "suite"]):
+        subprocess.run(["git", *args], cwd=path, env=env, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    return repos, base
+
+
+@pytest.mark.parametrize("parser", sorted(verdict.PYTEST_PARSERS))
+def test_an_honest_runs_records_back_its_log(repo, parser):
+    repos, base = repo
+    task = normalise_row({
+        "instance_id": "local__outcomes-1", "repo": "local/outcomes", "base_commit": base,
+        "problem_statement": "x", "patch": "", "test_patch": "",
+        "FAIL_TO_PASS": ["tests/deep/test_outcomes.py::test_pass"],
+        "install_config": {"test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
+                           "log_parser": parser},
+    })  # fmt: skip
+    sb = make_sandbox(task, "local", repos_dir=str(repos))
+    sb.start()
+    try:
+        env = verdict.probe_environment(sb)
+        assert not env.error, env.error
+        channel = verdict.prepare(sb, WORK_DIR, env)
+        run = run_tests(sb, task, timeout=300, channel=channel)
+        res = verdict.read_channel(sb, channel)
+    finally:
+        sb.close()
+    assert run.valid and res.problem is None, (res.problem, res.detail, run.log[-2000:])
+    chan = verdict.channel_status(res, parser)
+    assert len(run.status) >= 15, run.status  # the suite's ids as this parser keys them
+    assert verdict.compare(run.status, chan, sorted(run.status)) == []
+    lookup = {t: verdict._lookup(chan, t) for t in run.status}
+    # Some parsers key ERROR lines with pytest's reason ("id - RuntimeError: ..."): not an id.
+    ids = [t for t in run.status if " - " not in t or run.status[t] != "ERROR"]
+    differ = {t: (run.status[t], lookup[t]) for t in ids if lookup[t] != run.status[t]}
+    assert differ == {}, differ
+    # Outcomes the RL rule reads: a call-time xfail is XFAIL, not PASSED, in both.
+    xfail = next(t for t in run.status if "test_xfail_call" in t)
+    assert run.status[xfail] == lookup[xfail] == "XFAIL"
