@@ -46,6 +46,18 @@ FINISH_REASONS = (
 )
 
 
+class _one_or_many:
+    """A static method over a list of trajectories that an instance calls for itself alone."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self.fn
+        return lambda path: self.fn([obj], path)
+
+
 @dataclass
 class Turn:
     """One model call and the env step it drove."""
@@ -184,9 +196,10 @@ class Trajectory:
             "model_patch": self.patch or "",
         }
 
-    @staticmethod
+    @_one_or_many
     def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
-        """Write one trajectory per line (``{"format_version": 2, ...}``)."""
+        """Write one trajectory per line (``{"format_version": 2, ...}``):
+        ``Trajectory.save_jsonl(trajectories, path)``, or ``traj.save_jsonl(path)`` for one."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as f:

@@ -54,7 +54,7 @@ def load_agent_factory(spec: str) -> AgentFactory:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"agent {spec!r}: cannot import module {module_name!r}: {e}") from e
+        raise ConfigError(f"agent {spec!r}: cannot import module {module_name!r}: {e}") from None
     factory: Any = module
     for part in attr.split("."):
         if not hasattr(factory, part):

@@ -407,6 +407,9 @@ class RunConfig:
                 raise ConfigError(
                     f"agent={self.agent!r} runs with rollout_backend=threads only; got "
                     f"rollout_backend={self.rollout_backend!r}")
+            from algos.agent_rollouts import load_agent_factory
+
+            load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
         for name in ("ray_workers", "max_sandbox_starts_per_node"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")

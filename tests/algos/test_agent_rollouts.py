@@ -119,6 +119,21 @@ def test_config_rejects_a_malformed_agent():
 
     with pytest.raises(ConfigError, match="module:factory.*'examples.openai_agent'"):
         DAPOConfig(agent="examples.openai_agent")
+    # A module that does not import fails with the config, before any model loads, and alone
+    # (no chained ImportError traceback under it).
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_module_xyz'") as e:
+        DAPOConfig(agent="no_such_module_xyz:make")
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_a_trajectory_saves_itself_alone_or_in_a_list(tmp_path):
+    from agents.trajectory import Trajectory
+
+    one, two = Trajectory(task_id="a"), Trajectory(task_id="b")
+    one.save_jsonl(tmp_path / "one.jsonl")
+    Trajectory.save_jsonl([one, two], tmp_path / "two.jsonl")
+    assert [t.task_id for t in Trajectory.load_jsonl(tmp_path / "one.jsonl")] == ["a"]
+    assert [t.task_id for t in Trajectory.load_jsonl(tmp_path / "two.jsonl")] == ["a", "b"]
 
 
 def test_swestarter_episode_through_the_gateway(tokenizer):
