@@ -118,6 +118,8 @@ def ensure(
         try:
             manifest = _build(recipe, root, label, allow_nearest, install_runner)
         except BaseException:
+            with contextlib.suppress(OSError):  # kept for diagnosis; the next try rebuilds
+                shutil.copyfile(root / "build.log", envs_root() / f"{key}.failed.log")
             shutil.rmtree(root, ignore_errors=True)
             raise
     return TaskEnv(key, root, manifest, built_now=True)

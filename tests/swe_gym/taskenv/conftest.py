@@ -8,7 +8,7 @@ import os
 import pytest
 
 from swe_gym.paths import CACHE_ENV
-from tests.swe_gym.taskenv.genrepos import oldpy_repo
+from tests.swe_gym.taskenv.genrepos import oldpy_repo, shadow_repo
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +27,10 @@ def oldpy(env_cache, tmp_path_factory) -> tuple[dict, str]:
     """(row, repos_dir) of the generated ``gen/oldpy`` (Python 3.9, pins, pip install -e .)."""
     repos = tmp_path_factory.mktemp("repos")
     return oldpy_repo(repos), str(repos)
+
+
+@pytest.fixture(scope="session")
+def shadow(env_cache, tmp_path_factory) -> tuple[dict, str]:
+    """(row, repos_dir) of the generated ``gen/cachetools`` (a package the host also has)."""
+    repos = tmp_path_factory.mktemp("repos")
+    return shadow_repo(repos), str(repos)

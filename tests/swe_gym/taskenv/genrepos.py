@@ -85,3 +85,59 @@ def oldpy_repo(repos: Path, history: int = 0) -> dict:
         "PASS_TO_PASS": ["tests/test_oldpy.py::test_installed", "tests/test_oldpy.py::test_pinned_runner"],
         "install_config": dict(RECIPE),
     }
+
+
+SHADOW_CODE = """\
+class LRUCache(dict):
+    def __init__(self, maxsize):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+"""
+SHADOW_FIXED = SHADOW_CODE.replace(
+    "        super().__setitem__(key, value)\n",
+    "        super().__setitem__(key, value)\n        while len(self) > self.maxsize:\n"
+    "            del self[next(iter(self))]\n",
+)
+SHADOW_TEST = (
+    "from cachetools import LRUCache\n\n\ndef test_get():\n    c = LRUCache(maxsize=2)\n"
+    "    c['a'] = 1\n    assert c['a'] == 1\n"
+)
+SHADOW_TEST_NEW = SHADOW_TEST + (
+    "\n\ndef test_evicts():\n    c = LRUCache(maxsize=1)\n    c['a'] = 1\n    c['b'] = 2\n"
+    "    assert 'a' not in c\n"
+)
+
+
+def shadow_repo(repos: Path) -> dict:
+    """``gen/cachetools``: a package the host also has installed, its bug fixed there. On the
+    host's interpreter the tests import the host's copy and the failing test passes with an
+    empty patch (as pytest-dev__pytest-11143 did against the host's pytest 9); in its
+    environment (``pip install -e .``) they test the tree's copy."""
+    repo = repos / "gen__cachetools"
+    (repo / "src" / "cachetools").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    git(repo, "init", "-q")
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "cachetools"\nversion = "0.0.1"\n'
+    )
+    (repo / "src" / "cachetools" / "__init__.py").write_text(SHADOW_CODE)
+    (repo / "tests" / "test_cache.py").write_text(SHADOW_TEST)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "cachetools")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    return {
+        "instance_id": "gen__cachetools-1", "repo": "gen/cachetools", "version": "0.0",
+        "base_commit": base, "environment_setup_commit": base,
+        "problem_statement": "LRUCache never evicts",
+        "patch": diff_of(repo, "src/cachetools/__init__.py", SHADOW_FIXED),
+        "test_patch": diff_of(repo, "tests/test_cache.py", SHADOW_TEST_NEW),
+        "FAIL_TO_PASS": ["tests/test_cache.py::test_evicts"],
+        "PASS_TO_PASS": ["tests/test_cache.py::test_get"],
+        "install_config": {"python": "3.12", "pip_packages": ["pytest==7.4.4", "setuptools", "wheel"],
+                           "install": "python -m pip install --no-build-isolation -e .",
+                           "test_cmd": "pytest -rA -p no:cacheprovider"},
+    }  # fmt: skip

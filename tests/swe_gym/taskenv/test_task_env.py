@@ -36,6 +36,17 @@ def test_the_rows_environment_grades_as_the_row_needs(oldpy):
     assert not host.resolved
 
 
+def test_a_package_the_host_also_has_is_tested_from_the_tree(shadow):
+    """The host's fixed copy made the empty patch pass (a false 1.0); the environment's
+    editable install tests the tree's copy."""
+    row, repos = shadow
+    task, opts = normalise_row(row), {"repos_dir": repos}
+    host = grade_patch(task, "", sandbox_options={**opts, "environment": "host"})
+    assert host.resolved  # the failure this guards against
+    assert grade_patch(task, "", sandbox_options=opts).f2p_failed == row["FAIL_TO_PASS"]
+    assert grade_patch(task, row["patch"], sandbox_options=opts).resolved
+
+
 def test_the_sandbox_sees_only_the_environment(oldpy):
     row, repos = oldpy
     with LocalSandbox(normalise_row(row), repos_dir=repos) as sb:
