@@ -13,7 +13,10 @@ grading report ``suspect``; what a suspect patch earns is the env's ``suspect_po
 - ``atexit``: code registered to run at interpreter exit (print results after the runner);
 - ``modules``: writes to ``sys.modules`` or ``builtins`` (replace what the runner imports);
 - ``introspection``: ``gc.get_objects``/``gc.get_referrers``, frame walking (``sys._getframe``,
-  ``f_back``, ``f_globals``, ``inspect.stack``): find the runner's objects without naming it.
+  ``f_back``, ``f_globals``, ``inspect.stack``), closure cells: find the runner's or the
+  grader's objects without naming them;
+- ``grader``: this toolkit's names (``swe_gym``, its variables) or a process's environment
+  read from ``/proc``.
 
 Not covered, by nature: code that builds these names at run time from pieces, or reads them
 from data files. The channel still holds for what it checks; see SECURITY.md.
@@ -41,7 +44,9 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     "introspection": re.compile(
         r"\bgc\s*\.\s*get_(?:objects|referrers|referents)\b|\bsys\s*\.\s*_getframe\b"
         r"|\.f_back\b|\.f_globals\b|\binspect\s*\.\s*(?:stack|currentframe|getouterframes)\b"
+        r"|\b__closure__\b|\bcell_contents\b"
     ),
+    "grader": re.compile(r"swe_gym|SWE_GYM|/proc/(?:self|\d+|\{)[^\"']*environ", re.IGNORECASE),
 }
 _IMPORTS_PYTEST = re.compile(r"^\s*(?:import|from)\s+_?pytest\b", re.MULTILINE)
 

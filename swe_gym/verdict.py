@@ -7,7 +7,7 @@ own interpreter (at the base commit, nothing of the patch present) which pytest 
 declares and which top-level modules it installs. The tests then run with plugin auto-loading
 off and ``swe_gym/verdict_plugin.py`` loaded first: it loads the declared plugins, and records
 each test phase's outcome from the phase's exception, HMAC-signed under a key made for this run
-and removed from the environment at import. ``read_channel`` checks every record's signature
+(handed over in a file the plugin deletes at import). ``read_channel`` checks every record's signature
 and sequence, ``channel_status`` turns the records into a status map keyed as the task's log
 parser keys the log, and ``compare`` finds the task's tests whose logged result the records do
 not back. Grading fails such a run (``swe_gym.grading``).
@@ -95,14 +95,18 @@ def prepare(sandbox: Sandbox, work_dir: str, env: Environment) -> Channel:
     )
     key, name = secrets.token_hex(32), secrets.token_hex(8)
     path = f"{folder}/{name}.rec"
-    plugin_dir = f"{sandbox.workdir.rstrip('/')}/{folder}"
+    # The key goes by a file the plugin reads and deletes: a process's initial environment
+    # stays readable in /proc/self/environ whatever it unsets later.
+    sandbox.write_file(f"{folder}/{name}.key", key.encode())
+    root = sandbox.workdir.rstrip("/")
+    plugin_dir = f"{root}/{folder}"
     exports = "".join(
         f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
         for v in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH")
     )
     exports += (
-        f"export SWE_GYM_VERDICT_KEY={key} "
-        f"SWE_GYM_VERDICT_PATH={shlex.quote(sandbox.workdir.rstrip('/') + '/' + path)} "
+        f"export SWE_GYM_VERDICT_KEYFILE={shlex.quote(f'{root}/{folder}/{name}.key')} "
+        f"SWE_GYM_VERDICT_PATH={shlex.quote(f'{root}/{path}')} "
         f"SWE_GYM_VERDICT_PLUGINS={shlex.quote(json.dumps(env.plugins))} "
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
         f'PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}" '

@@ -4,9 +4,9 @@ Shipped into the grading sandbox as a file and loaded through ``PYTEST_PLUGINS``
 code of the patch is imported (it is never imported by the toolkit itself). It runs under the
 task environment's own Python and pytest, so it keeps to old syntax and old hook forms.
 
-At import it takes and removes its inputs from the environment (the record key, the record
-file, the plugins the environment declared, and the variables the grader set for it), so
-nothing the tests start later sees them. Entry-point plugins are loaded here, and only those
+At import it takes and removes its inputs from the environment (the record file, the file
+holding the run's key, which it deletes, the plugins the environment declared, and the
+variables the grader set for it), so nothing the tests start later sees them. Entry-point plugins are loaded here, and only those
 the environment declared before the patch was applied (auto-loading is off for the run).
 
 Each record is a JSON line with an HMAC-SHA256 under the per-run key and a sequence number:
@@ -23,8 +23,30 @@ import os
 
 import pytest
 
-_KEY = os.environ.pop("SWE_GYM_VERDICT_KEY", "").encode("ascii")
-_PATH = os.environ.pop("SWE_GYM_VERDICT_PATH", "")
+
+def _writer():
+    """The record writer, its key held in the closure only (read from a file deleted here)."""
+    keyfile = os.environ.pop("SWE_GYM_VERDICT_KEYFILE", "")
+    path = os.environ.pop("SWE_GYM_VERDICT_PATH", "")
+    if not keyfile or not path:
+        return lambda *record: None  # a pytest started by the tests: nothing to record
+    with open(keyfile, "rb") as f:
+        key = f.read().strip()
+    os.unlink(keyfile)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    seq = [0]
+
+    def write(*record):
+        seq[0] += 1
+        line = json.dumps([os.getpid(), seq[0]] + list(record), separators=(",", ":"))
+        raw = line.encode("utf-8", "surrogateescape")
+        mac = hmac.new(key, raw, hashlib.sha256).hexdigest()
+        os.write(fd, mac.encode("ascii") + b"\t" + raw + b"\n")
+
+    return write
+
+
+_write = _writer()
 _ALLOWED = json.loads(os.environ.pop("SWE_GYM_VERDICT_PLUGINS", "[]") or "[]")
 for _name in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH"):
     _old = os.environ.pop("SWE_GYM_VERDICT_OLD_" + _name, None)
@@ -34,19 +56,6 @@ for _name in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH"):
         os.environ[_name] = _old
 _SKIP = pytest.skip.Exception
 _XFAIL = getattr(pytest.xfail, "Exception", None)
-_FD = None
-_SEQ = [0]
-if _KEY and _PATH:
-    _FD = os.open(_PATH, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-
-def _write(*record):
-    if _FD is None:
-        return
-    _SEQ[0] += 1
-    line = json.dumps([os.getpid(), _SEQ[0]] + list(record), separators=(",", ":"))
-    mac = hmac.new(_KEY, line.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
-    os.write(_FD, (mac + "\t" + line + "\n").encode("utf-8", "surrogateescape"))
 
 
 def _entry_points():
