@@ -149,6 +149,8 @@ RESULT_COLUMNS = (
     ("turns", "turns_mean", ".1f"),
     ("filtered", "filtered_frac", ".2f"),
     ("kept", "kept", ".0f"),
+    ("seqs", "segments", ".0f"),  # sequences trained: more than kept when histories were rewritten
+    ("prefix_fail", "prefix_failures", ".0f"),
     ("steps", "optimizer_steps", ".0f"),
     ("loss", "loss", ".4f"),
     ("kl", "kl", ".4f"),

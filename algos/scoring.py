@@ -79,6 +79,8 @@ class Counters:
     empty: int = 0
     filtered: int = 0
     failure_masked: int = 0
+    segments: int = 0  # sequences trained (an episode whose history was rewritten has several)
+    prefix_failures: int = 0  # gateway turns whose request did not extend the session's history
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: Counters) -> None:
@@ -89,7 +91,8 @@ class Counters:
         """The counts a metrics row reports."""
         return {k: getattr(self, k) for k in (
             "episodes", "rollout_errors", "env_failures", "reward_errors", "not_token_exact",
-            "truncated", "overlong_dropped", "filtered", "failure_masked")}
+            "truncated", "overlong_dropped", "filtered", "failure_masked", "segments",
+            "prefix_failures")}
 
 
 def load_reward_fn(spec: str | None) -> Callable[[Any], float] | None:
@@ -122,6 +125,8 @@ def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
     out = []
     for traj, group in zip(trajs, groups, strict=True):
         counters.episodes += 1
+        counters.prefix_failures += int((getattr(traj, "agent", None) or {}).get(
+            "prefix_failures", 0) or 0)
         if traj.finish_reason == "error" or not traj.turns:
             counters.rollout_errors += 1
             counters.errors.append(f"rollout {traj.task_id}: {(traj.error or 'no turns')[:300]}")
@@ -243,17 +248,44 @@ def to_sample(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
                   advantage=advantage, sample_id=sample_id)
 
 
+def segments(traj: Any) -> list[Any]:
+    """The token-exact sequences of an episode: one, or one per segment of a gateway session
+    whose history the agent program rewrote (``agent["segment_starts"]``)."""
+    starts = (getattr(traj, "agent", None) or {}).get("segment_starts") or [0]
+    if len(starts) <= 1:
+        return [traj]
+    from agents.gateway import split_segments
+
+    return split_segments(traj)
+
+
+def episode_samples(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
+                    counters: Counters, sample_id: str) -> list[Sample]:
+    """Every segment of the episode as a sample with the episode's advantage (the rule of
+    verl's agent loop and rLLM: the reward is the episode's, its credit shared by each
+    sequence it was sampled in). Token-mean losses weigh each token once, as one sequence
+    would; ids ``sample_id`` or ``sample_id.k``."""
+    parts = segments(traj)
+    counters.segments += len(parts)
+    out = []
+    for k, part in enumerate(parts):
+        sid = sample_id if len(parts) == 1 else f"{sample_id}.{k}"
+        sample = to_sample(part, advantage, max_tokens, mask_invalid, counters, sid)
+        if sample is not None:
+            out.append(sample)
+    return out
+
+
 def to_samples(kept: Sequence[Scored], counters: Counters, *, max_tokens: int,
                mask_invalid: bool, overlong_filter: bool) -> list[Sample]:
     """The learner's samples of the kept episodes (overlong ones dropped when
-    ``overlong_filter``, counted); sample ids ``task/index``."""
+    ``overlong_filter``, counted), each segment of an episode its own sample; ids
+    ``task/index``."""
     samples: list[Sample] = []
     for i, s in enumerate(kept):
         if overlong_filter and is_overlong(s.traj):
             counters.overlong_dropped += 1
             continue
-        sample = to_sample(s.traj, s.advantage, max_tokens, mask_invalid, counters,
-                           f"{s.traj.task_id}/{i}")
-        if sample is not None:
-            samples.append(sample)
+        samples += episode_samples(s.traj, s.advantage, max_tokens, mask_invalid, counters,
+                                   f"{s.traj.task_id}/{i}")
     return samples
