@@ -13,7 +13,11 @@ Resolution order for a task (``ensure_image``):
      seconds. The Debian mirror is read from this machine's apt sources, never hardcoded.
    - **environment** ``swe-gym/env:<hash>``: the base plus the environment part of the task's
      ``install_config`` (``python``, ``packages``, ``pip_packages``, ``env_vars``), keyed by a hash
-     of that recipe so tasks that share a recipe share the image.
+     of that recipe so tasks that share a recipe share the image. A row whose recipe the host's
+     interpreter does not meet (``swe_gym.taskenv``: another Python, a pin, an install step; the
+     bundled suite never) gets ``swe-gym/env:task-<hash>`` instead: its task environment, built
+     on the host, copied in with its interpreter (``swe_gym.taskenv.docker_layers``); its
+     instance copies the install step's generated files rather than running it again.
    - **instance** ``swe-gym/testbed.<repo>:<hash>``: the environment plus the repository at
      ``base_commit`` in ``/testbed`` (history after ``base_commit`` is not in the image), then
      ``pre_install`` and ``install`` run there. Keyed by repository, commit and recipe, so
@@ -54,6 +58,7 @@ from typing import Any
 
 from swe_gym.errors import SandboxUnavailable, SWEGymError, unknown_choice
 from swe_gym.paths import cache_root
+from swe_gym.taskenv import docker_layers
 from swe_gym.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -387,7 +392,7 @@ def _instance_dockerfile(env_tag: str, recipe: Recipe, task: Task) -> str:
     return "\n".join(lines) + "\n"
 
 
-def instance_tag(task: Task, recipe: Recipe | None = None) -> str:
+def instance_tag(task: Task, recipe: Recipe | None = None, taskenv_key: str | None = None) -> str:
     recipe = recipe or recipe_for(task)
     key = {
         "v": RECIPE_VERSION,
@@ -396,6 +401,8 @@ def instance_tag(task: Task, recipe: Recipe | None = None) -> str:
         "repo": task.repo,
         "commit": task.base_commit,
     }
+    if taskenv_key:  # the task environment's image (swe_gym.taskenv.docker_layers.env_tag)
+        key["taskenv"] = taskenv_key
     # Keyed by repository, commit and recipe (not instance id): tasks sharing them share the image.
     return f"swe-gym/testbed.{_slug(task.repo.replace('/', '.'))}:{_hash(key)}"
 
@@ -521,17 +528,29 @@ def build_instance(
                 f"base image {base!r} not found; build it with: python -m swe_gym.images base --tag {base}"
             )
     recipe = recipe_for(task, base)
-    env_tag = recipe.env_tag
-    with _tag_lock(env_tag):
-        if rebuild or not _image_exists(client, env_tag):
-            log.info("building environment image %s", env_tag)
-            _docker_build(client, env_tag, _env_dockerfile(recipe), None, network)
-    tag = instance_tag(task, recipe)
+    tenv = _task_env(task, repos_dir)
+    if tenv is not None:  # the row's own Python and packages, built on the host, copied in
+        env_tag = docker_layers.env_tag(tenv, base, LABEL_OWNER)
+        with _tag_lock(env_tag):
+            if rebuild or not _image_exists(client, env_tag):
+                log.info("building task environment image %s", env_tag)
+                dockerfile, files = docker_layers.env_dockerfile(tenv, base, LABEL_OWNER)
+                _docker_build(client, env_tag, dockerfile, files, network)
+        recipe = Recipe(env={}, instance=docker_layers.without_install(recipe.instance), base=base)
+    else:
+        env_tag = recipe.env_tag
+        with _tag_lock(env_tag):
+            if rebuild or not _image_exists(client, env_tag):
+                log.info("building environment image %s", env_tag)
+                _docker_build(client, env_tag, _env_dockerfile(recipe), None, network)
+    tag = instance_tag(task, recipe, env_tag if tenv else None)
     with _tag_lock(tag):
         if rebuild or not _image_exists(client, tag):
             log.info("building instance image %s for %s", tag, task.instance_id)
             with tempfile.TemporaryDirectory(prefix="swe-gym-ctx-") as tmp:
                 testbed = _testbed_context(task, Path(tmp), repos_dir)
+                if tenv is not None:
+                    docker_layers.prepare_testbed(tenv, testbed)
                 _docker_build(
                     client,
                     tag,
@@ -540,6 +559,28 @@ def build_instance(
                     network,
                 )
     return tag
+
+
+def _task_env(task: Task, repos_dir: str | os.PathLike | None):  # noqa: ANN202
+    """The task environment the image is built on (``swe_gym.taskenv``'s "auto" rule), or
+    None for the Debian-Python layered build (the bundled suite, rows the host meets)."""
+    from swe_gym import taskenv
+
+    if taskenv.uses_host(task, taskenv.task_recipe(task, repos_dir), "auto"):
+        return None
+    return taskenv.resolve(task, "auto", repos_dir)
+
+
+def _taskenv_key(task: Task, repos_dir: str | os.PathLike | None) -> str | None:
+    """The env image tag ``build_instance`` would use, when its environment is already built
+    (None otherwise: then the build finds or makes it)."""
+    from swe_gym import taskenv
+    from swe_gym.taskenv.build import load
+
+    recipe = taskenv.task_recipe(task, repos_dir)
+    if taskenv.uses_host(task, recipe, "auto") or (env := load(recipe.key)) is None:
+        return None
+    return docker_layers.env_tag(env, base_tag(), LABEL_OWNER)
 
 
 # ---------------------------------------------------------------------------------------- pulls
@@ -647,7 +688,7 @@ def ensure_image(
                 _resolved[key] = n
                 return n
         if image is None and build:
-            local = instance_tag(task)  # type: ignore[arg-type]
+            local = instance_tag(task, taskenv_key=_taskenv_key(task, repos_dir))  # type: ignore[arg-type]
             if _image_exists(client, local):
                 _resolved[key] = local
                 return local
