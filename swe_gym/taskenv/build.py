@@ -163,16 +163,17 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             f"installing {len(recipe.packages)} packages, {len(reqs) // 2} requirement files",
             t0,
         )
-        args = [
-            "pip",
-            "install",
-            "--python",
-            str(venv / "bin" / "python"),
-            *date,
-            *recipe.packages,
-            *reqs,
-        ]
-        _check(run_uv(*args), "uv " + " ".join(args), log)
+        args = ["pip", "install", "--python", str(venv / "bin" / "python")]
+        p = run_uv(*args, *date, *recipe.packages, *reqs)
+        if p.returncode != 0 and date and "exclude-newer" in p.stderr:
+            # an exact pin newer than the date (swebench's specs pin some): the pins win
+            dropped = f"--exclude-newer {recipe.exclude_newer} dropped: a pin is newer"
+            note = f"{note}; {dropped}" if note else dropped
+            _progress(label, dropped, t0)
+            with log.open("a") as f:
+                f.write(f"{p.stderr}\n{dropped}\n")
+            p = run_uv(*args, *recipe.packages, *reqs)
+        _check(p, "uv " + " ".join([*args, *recipe.packages, *reqs]), log)
     generated: list[str] = []
     if need_pip:
         if runner is None:

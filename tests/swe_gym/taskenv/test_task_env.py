@@ -110,3 +110,15 @@ def test_task_policy_without_a_recipe_says_so(mini_repo):
     row, repos = mini_repo
     with pytest.raises(taskenv.EnvBuildError, match="no recipe"):
         taskenv.resolve(normalise_row({**row, "install_config": None}), "task", repos)
+
+
+def test_resolution_is_dated_and_a_newer_pin_wins_with_a_note(env_cache):
+    dated = ensure(Recipe("install_config", python="3.12", packages=["inflection"],
+                          exclude_newer="2020-07-01"), label="dated")
+    out = subprocess.run([f"{dated.venv}/bin/python", "-c",
+                          "import importlib.metadata as m; print(m.version('inflection'))"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "0.5.0"  # the newest release before the date (0.5.1 came later)
+    pinned = ensure(Recipe("install_config", python="3.12", packages=["inflection==0.5.1"],
+                           exclude_newer="2020-07-01"), label="pinned")
+    assert "--exclude-newer 2020-07-01 dropped" in pinned.manifest["note"]
