@@ -20,6 +20,23 @@ from swe_gym.taskenv.build import INSTALL_TIMEOUT, EnvBuildError
 from swe_gym.taskenv.pythons import host_prefix
 from swe_gym.taskenv.recipe import Recipe
 
+# How this machine reaches its package index (a proxy, a private CA, a mirror): the install
+# step's pip needs the same (build dependencies come from the index).
+_INDEX_VARS = (
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT", "PIP_DEFAULT_TIMEOUT",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY",
+    "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)  # fmt: skip
+_SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"  # in the sandbox's /etc copy too
+
+
+def _index_settings() -> dict[str, str]:
+    out = {k: os.environ[k] for k in _INDEX_VARS if os.environ.get(k)}
+    if os.path.isfile(_SYSTEM_CA):  # the system's trust store, not pip's bundled one
+        out.setdefault("PIP_CERT", _SYSTEM_CA)
+        out.setdefault("SSL_CERT_FILE", _SYSTEM_CA)
+    return out
+
 
 def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = None):  # noqa: ANN201
     """A ``runner(recipe, commands, venv, log) -> checkout`` for ``build.ensure``."""
@@ -48,6 +65,7 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
             "set -e\n" + "\n".join([*commands, recipe.install]),
         ]  # fmt: skip
         env = {
+            **_index_settings(),
             "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "VIRTUAL_ENV": str(venv),
             "HOME": "/tmp/home",
