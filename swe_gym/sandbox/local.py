@@ -4,7 +4,10 @@ Layout: one private temp dir per sandbox (never visible inside it) holding ``tes
 working copy, ``/testbed`` inside, as in SWE-bench images) and ``diffgit/`` (the private git
 dir of ``diff``). What the sandbox sees is an allow list (``swe_gym.sandbox.mounts``): a
 read-only runtime, the interpreter, the base commit's objects, a size-capped ``/tmp``; nothing
-of the host's home folders, of this project, its cache or other sandboxes. No network (only
+of the host's home folders, of this project, its cache or other sandboxes. The interpreter is
+the task's environment where it has one (``swe_gym.taskenv``, option ``environment``): its
+venv first on ``PATH``, only its venv and interpreter prefix bound, the install step's
+generated files copied into the working copy; else the host's. No network (only
 ``lo``), its own pid/ipc/uts namespaces, a new session, ``--die-with-parent``, no capabilities,
 ``no_new_privs``, and ``prlimit`` limits on processes, address space and file size.
 

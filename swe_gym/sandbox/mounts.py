@@ -5,7 +5,8 @@ Read-only: ``/usr`` and the ``/bin``, ``/sbin``, ``/lib*`` links (or directories
 alternatives, time zone, name-service and locale files; no secrets such as ``shadow`` or
 ``ssl/private``, no host tool configuration such as ``gitconfig`` or ``pip.conf``), the Python
 interpreter's prefixes (``sys.prefix``, ``sys.base_prefix``), ``$PYENV_ROOT`` and the other
-directories on ``PATH``, and the objects of the task's base commit. Writable: ``/testbed`` (the
+directories on ``PATH`` (with a task environment: only its venv and its interpreter's prefix),
+and the objects of the task's base commit. Writable: ``/testbed`` (the
 working copy) and size-capped tmpfs at ``/tmp`` and ``/dev/shm``. Everything else, the root
 included, is a read-only tmpfs.
 
