@@ -57,6 +57,9 @@ def packed_sdpa_forward(
     get zeros."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    tree = kwargs.pop("tree_layout", None)
+    if tree is not None:  # a shared-prefix row (algos.tree_attention)
+        return tree.attend(module, query, key, value, dropout=dropout, scaling=scaling)
     kwargs.pop("cu_seq_lens_k", None)
     kwargs.pop("max_length_k", None)
     if cu_seq_lens_q is None:

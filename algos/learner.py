@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -46,6 +47,13 @@ from algos.checkpoint import load_checkpoint, save_checkpoint
 from algos.data import MicroBatch, Sample, pack_samples, pad_samples
 from algos.logprobs import model_token_logprobs
 from algos.precision import BF16ComputeCopy, setup_cuda
+from algos.tree import (
+    DEFAULT_MIN_PREFIX,
+    TreeMicroBatch,
+    pack_trees,
+    tree_ready,
+    tree_token_logprobs,
+)
 from swe_gym.errors import unknown_choice
 
 log = logging.getLogger(__name__)
@@ -79,6 +87,13 @@ class LearnerConfig:
     packed_attention: bool = True
     """With packing, switch an sdpa model to ``packed_sdpa`` (algos.attention): SDPA on each
     sequence of a packed row (cost sum n_i^2, no [L, L] mask) instead of a 4D block mask."""
+    tree_packing: bool = True
+    """With packed attention, samples sharing a token prefix (a GRPO/DAPO group's prompt) are
+    packed as the prefix once plus each continuation (algos.tree): same loss, log-probs and
+    gradients, the prefix computed once. Off (or another attention implementation, or a
+    sharded learner): plain packing."""
+    tree_min_prefix: int = DEFAULT_MIN_PREFIX
+    """Shared tokens below which a group is packed plainly."""
     bf16: bool = False
     """Run the transformer under bfloat16 autocast (parameters and optimiser stay as they are);
     on CUDA the log-prob head's GEMMs run in bfloat16 too (float32 softmax and accumulation)."""
@@ -228,6 +243,9 @@ class Learner:
             for m in (model, ref_model):
                 if m is not None:
                     use_packed_attention(m)
+        # trees need the packed_sdpa kernel; a sharded learner (ctx) splits rows its own way
+        self.trees = (config.packing and config.tree_packing and tree_ready(model, ref_model)
+                      and getattr(self, "ctx", None) is None)
         on_cuda = self.device.type == "cuda"
         if on_cuda:
             setup_cuda(model, config.liger)
@@ -259,6 +277,8 @@ class Learner:
     # ------------------------------------------------------------------ log-probs
 
     def _micro_batches(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+        if self.trees:
+            return pack_trees(samples, self.config.micro_batch_tokens, self.config.tree_min_prefix)
         fn = pack_samples if self.config.packing else pad_samples
         return fn(samples, self.config.micro_batch_tokens)
 
@@ -270,8 +290,11 @@ class Learner:
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         mask_dtype = torch.bfloat16 if cfg.bf16 else next(model.parameters()).dtype
         on_cuda = mb.input_ids.is_cuda
-        kwargs, ctx = {}, contextlib.nullcontext()
-        if impl == ATTN_NAME and mb.input_ids.shape[0] == 1:
+        kwargs, ctx, logprob_fn = {}, contextlib.nullcontext(), model_token_logprobs
+        if impl == ATTN_NAME and isinstance(mb, TreeMicroBatch):
+            kwargs, ctx = mb.model_kwargs(), packed_forward()
+            logprob_fn = functools.partial(tree_token_logprobs, mb)
+        elif impl == ATTN_NAME and mb.input_ids.shape[0] == 1:
             # per-sequence attention: the boundaries replace the block-diagonal mask; computed
             # here once per micro-batch (one host sync), not in every layer
             kwargs.update(packed_kwargs(mb.segment_ids, cover_padding=on_cuda))
@@ -281,7 +304,7 @@ class Learner:
         # a bf16 compute copy needs no autocast (its weights are bf16 already)
         low_params = self.compute is not None and model is self.compute.module
         with ctx:
-            out = model_token_logprobs(
+            out = logprob_fn(
                 model,
                 mb.input_ids,
                 position_ids=mb.position_ids,
@@ -454,6 +477,9 @@ class Learner:
             "sequences": float(len(samples)),
             "tokens": float(real_tokens),
             "padded_tokens": float(sum(mb.num_tokens for mb in batches)),
+            # shared-prefix packing: tokens the forward ran on vs what plain packing would run
+            "tokens_computed": float(sum(mb.num_real_tokens for mb in batches)),
+            "tokens_plain": float(real_tokens),
             "micro_batches": float(len(batches)),
             "time_s": elapsed,
             "tokens_per_s": real_tokens / max(elapsed, 1e-9),

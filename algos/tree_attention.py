@@ -1,0 +1,145 @@
+"""Attention over a tree row (algos.tree): each piece attends causally to itself and fully to
+its tree's prefix, without an ``[L, L]`` mask on the default paths.
+
+Kernels, chosen at run time by :func:`pick_kernel` (or forced through ``TreeLayout.kernel``):
+
+- ``pieces`` (CPU default): SDPA per piece; a continuation's keys are the prefix's keys
+  followed by its own, with a ``[c, p + c]`` mask (prefix visible, own part causal). Work is
+  ``p^2 / 2 + sum_i c_i (p + c_i)`` scores, what the tree needs; the prefix's K/V gradient is
+  the sum over the continuations (autograd through the concatenation).
+- ``flex`` (CUDA default): FlexAttention with a block mask built once per micro-batch from the
+  piece table (compiled kernel; fully masked blocks are skipped, nothing ``L x L`` exists).
+  On CPU it runs eagerly (unfused, it materialises the scores), which is how it is tested here.
+- ``dense``: one SDPA call with the dense tree mask (``L^2`` scores; a reference and a
+  measurement baseline).
+
+The layout travels as a model keyword argument (``tree_layout``) like ``cu_seq_lens_q`` for
+packed rows, so activation checkpointing replays it in the recomputation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+KERNELS = ("pieces", "flex", "dense")
+
+_compiled_flex = None
+
+
+def pick_kernel(query: torch.Tensor) -> str:
+    """``flex`` where FlexAttention compiles to a fused kernel (CUDA), else ``pieces``."""
+    if query.is_cuda:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except ImportError:
+            return "pieces"
+        return "flex"
+    return "pieces"
+
+
+class TreeLayout:
+    """Host-side piece table of one tree row plus per-device caches (masks, block masks)."""
+
+    def __init__(self, pieces: list[tuple[int, int, int, int]], length: int,
+                 kernel: str | None = None) -> None:
+        if kernel is not None and kernel not in KERNELS:
+            raise ValueError(f"tree kernel must be one of {KERNELS}; got {kernel!r}")
+        self.pieces = pieces
+        self.length = length
+        self.kernel = kernel
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------ kernels
+
+    def attend(self, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+               value: torch.Tensor, dropout: float = 0.0, scaling: float | None = None
+               ) -> tuple[torch.Tensor, None]:
+        """query ``[1, H, L, D]``, key/value ``[1, Hkv, L, D]`` -> ``[1, L, H, D]``."""
+        if query.shape[0] != 1 or query.shape[2] != self.length:
+            raise ValueError(f"tree attention needs one row of {self.length} tokens; got "
+                             f"{tuple(query.shape)}")
+        kernel = self.kernel or pick_kernel(query)
+        if kernel == "flex":
+            return self._flex(query, key, value, scaling), None
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        if kernel == "dense":
+            mask = self._dense_mask(query.device)
+            return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout,
+                                          scaling=scaling, is_causal=False)
+        outs = []
+        for s, e, ps, pe in self.pieces:
+            if pe == ps:  # a prefix or a plain sequence: causal on itself
+                out, _ = sdpa_attention_forward(
+                    module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None,
+                    dropout=dropout, scaling=scaling, is_causal=True)
+            else:
+                k = torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2)
+                v = torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2)
+                out, _ = sdpa_attention_forward(
+                    module, query[:, :, s:e], k, v, self._cont_mask(pe - ps, e - s, query.device),
+                    dropout=dropout, scaling=scaling, is_causal=False)
+            outs.append(out)
+        return torch.cat(outs, dim=1), None
+
+    def _cont_mask(self, p: int, c: int, device: torch.device) -> torch.Tensor:
+        key = ("cont", p, c, device)
+        if key not in self._cache:
+            own = torch.ones(c, c, dtype=torch.bool, device=device).tril()
+            pre = torch.ones(c, p, dtype=torch.bool, device=device)
+            self._cache[key] = torch.cat([pre, own], dim=1)[None, None]
+        return self._cache[key]
+
+    def _dense_mask(self, device: torch.device) -> torch.Tensor:
+        key = ("dense", device)
+        if key not in self._cache:
+            from algos.tree import dense_tree_mask
+
+            self._cache[key] = dense_tree_mask(self.pieces, self.length, device)[None, None]
+        return self._cache[key]
+
+    def piece_tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``piece_of [L]`` (piece of each position) and ``prefix_of [n]`` (the piece a piece
+        attends to fully, -1 if none)."""
+        key = ("tables", device)
+        if key not in self._cache:
+            piece_of = torch.empty(self.length, dtype=torch.int32)
+            starts = {}
+            for n, (s, e, _, _) in enumerate(self.pieces):
+                piece_of[s:e] = n
+                starts[s] = n
+            prefix_of = torch.tensor([starts[ps] if pe > ps else -1
+                                      for _, _, ps, pe in self.pieces], dtype=torch.int32)
+            self._cache[key] = (piece_of.to(device), prefix_of.to(device))
+        return self._cache[key]
+
+    def block_mask(self, device: torch.device):
+        """FlexAttention block mask of the tree (built once per micro-batch and device)."""
+        key = ("block", device)
+        if key not in self._cache:
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            piece_of, prefix_of = self.piece_tables(device)
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                pq, pk = piece_of[q_idx], piece_of[kv_idx]
+                return ((pq == pk) & (kv_idx <= q_idx)) | (prefix_of[pq] == pk)
+
+            self._cache[key] = create_block_mask(mask_mod, None, None, self.length,
+                                                 self.length, device=device)
+        return self._cache[key]
+
+    def _flex(self, query, key, value, scaling):
+        global _compiled_flex
+        from torch.nn.attention.flex_attention import flex_attention
+
+        fn = flex_attention
+        if query.is_cuda:  # eager flex is unfused; the compiled one is the kernel
+            if _compiled_flex is None:
+                _compiled_flex = torch.compile(flex_attention, dynamic=True)
+            fn = _compiled_flex
+        gqa = query.shape[1] != key.shape[1]
+        out = fn(query, key, value, block_mask=self.block_mask(query.device), scale=scaling,
+                 enable_gqa=gqa)
+        return out.transpose(1, 2).contiguous()
