@@ -5,8 +5,12 @@ For each file of the gold patch it emits editor actions: ``create`` for new file
 text = context and added lines), and a ``bash`` ``rm`` for deleted files. Where a hunk cannot be
 replayed as a unique ``str_replace`` (ambiguous text, pure insertion with no context, a missing
 final newline) it falls back to ``git apply`` of that file's diff through ``bash``. It looks around
-first (``git status``, a ``view``) so its trajectories resemble an agent's, and ends with ``submit``.
-Used by tests, demos and as RFT smoke data.
+first (``git status``, a ``view``) so its trajectories resemble an agent's, and ends with ``submit``;
+``explore=False`` leaves the looking out (edit, then submit: the shortest trajectories, for
+tasks whose issue already states the edit, e.g. the synthetic ``guided`` tier). A hunk of one
+removed and one added line with no context is replayed as the two lines' stripped text when
+that text is unique in the file (the ``guided`` tier's issue quotes them stripped).
+Used by tests, demos and as RFT warm-start data.
 """
 
 from __future__ import annotations
@@ -74,8 +78,19 @@ def _git_apply(fd: FileDiff) -> ToolCall:
     return ToolCall("bash", {"command": f"git apply <<'{marker}'\n{fd.text}{marker}"})
 
 
-def oracle_calls(task: Task) -> list[ToolCall]:
-    calls: list[ToolCall] = [ToolCall("bash", {"command": "git status --short && ls"})]
+def _one_line(hunk: list[str], base: str | None) -> tuple[str, str] | None:
+    """``(old, new)`` stripped, for a context-free one-line hunk whose old text is unique."""
+    if len(hunk) != 2 or hunk[0][:1] != "-" or hunk[1][:1] != "+" or base is None:
+        return None
+    old, new = hunk[0][1:].strip(), hunk[1][1:].strip()
+    return (old, new) if old and base.count(old) == 1 else None
+
+
+def oracle_calls(task: Task, explore: bool = True) -> list[ToolCall]:
+    """The oracle's tool calls; ``explore=False``: only the edits and ``submit``."""
+    calls: list[ToolCall] = []
+    if explore:
+        calls.append(ToolCall("bash", {"command": "git status --short && ls"}))
     for fd in split_patch(task.patch):
         if fd.deleted:
             calls.append(ToolCall("bash", {"command": f"rm {fd.path}"}))
@@ -87,13 +102,14 @@ def oracle_calls(task: Task) -> list[ToolCall]:
             else:
                 calls.append(ToolCall("str_replace_editor", {"command": "create", "path": fd.path, "file_text": "\n".join(body)}))
             continue
-        calls.append(ToolCall("str_replace_editor", {"command": "view", "path": fd.path}))
+        if explore:
+            calls.append(ToolCall("str_replace_editor", {"command": "view", "path": fd.path}))
         base = _base_text(task, fd.path)
         edits: list[ToolCall] = []
         for hunk in fd.hunks:
             old = [h[1:] for h in hunk if h[:1] in (" ", "-", "")]
             new = [h[1:] for h in hunk if h[:1] in (" ", "+", "")]
-            old_s, new_s = "\n".join(old), "\n".join(new)
+            old_s, new_s = _one_line(hunk, base) or ("\n".join(old), "\n".join(new))
             ambiguous = not old_s.strip() or any(h.startswith("\\") for h in hunk)
             if base is not None and not ambiguous:
                 ambiguous = base.count(old_s) != 1
@@ -102,15 +118,16 @@ def oracle_calls(task: Task) -> list[ToolCall]:
                 break
             edits.append(ToolCall("str_replace_editor", {"command": "str_replace", "path": fd.path, "old_str": old_s, "new_str": new_s}))
         calls.extend(edits)
-    calls.append(ToolCall("bash", {"command": "git diff --stat"}))
+    if explore:
+        calls.append(ToolCall("bash", {"command": "git diff --stat"}))
     calls.append(ToolCall("submit"))
     return calls
 
 
-def oracle_actions(task: Task, action_format: str = "fenced") -> list[str]:
+def oracle_actions(task: Task, action_format: str = "fenced", explore: bool = True) -> list[str]:
     """The oracle's replies as raw text, each with a line of reasoning before the command."""
     out = []
-    for call in oracle_calls(task):
+    for call in oracle_calls(task, explore):
         what = call.args.get("command", call.tool) if call.tool == "str_replace_editor" else call.tool
         out.append(f"Next step ({what}).\n{format_action(call, action_format)}")
     return out
