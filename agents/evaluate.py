@@ -115,9 +115,17 @@ def summarise(trajectories: Sequence[Trajectory], task_ids: Sequence[str], runs:
         else 0.0
         for k in _ks(runs)
     }
+    turns = [t for traj in trajectories for t in traj.turns]
+    exact = [traj for traj in trajectories if traj.token_exact]
     return {
         "num_tasks": len(task_ids),
         "runs": runs,
+        # the share of replies the env could parse as one action (the format a policy must learn)
+        "format_valid_rate": (sum(not t.invalid_action for t in turns) / len(turns)
+                              if turns else None),
+        "turns": len(turns),
+        "tokens_per_trajectory": (statistics.fmean(t.num_tokens for t in exact)
+                                  if exact else None),
         "pass@1": statistics.fmean(rates),
         "pass@1_stderr": stderr,
         "pass@1_per_run": rates,
@@ -326,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--action-format", default=None, help="env action format (fenced, json)")
     p.add_argument("--backend", default=None, help="sandbox backend (local, docker)")
+    p.add_argument("--prompt", default=None,
+                   help="env prompt style: full (default) or compact (envs/prompted.py)")
+    p.add_argument("--max-observation-chars", type=int, default=None,
+                   help="cut each tool result to this many characters (head and tail)")
     p.add_argument("--command-timeout", type=float, default=None)
     p.add_argument("--episode-timeout", type=float, default=None, help="seconds per episode")
     p.add_argument("--max-consecutive-invalid", type=int, default=5)
@@ -363,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("action_format", args.action_format),
         ("backend", args.backend),
         ("command_timeout", args.command_timeout),
+        ("prompt", args.prompt),
+        ("max_observation_chars", args.max_observation_chars),
     ):
         if value is not None:
             env_kwargs[key] = value

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import gymnasium
 
-# id -> (entry point, default kwargs). Every id takes tasks=, backend= and env options as overrides.
+# id -> (entry point, default kwargs). Every id takes tasks=, backend= and env options as overrides;
+# the SWE ids also take prompt= and max_observation_chars= (envs/prompted.py).
 ENV_SPECS: dict[str, tuple[str, dict]] = {
-    "SWEStarter-v0": ("envs.swe_env:SWEEnv", {"tasks": "starter", "backend": "local"}),
+    "SWEStarter-v0": ("envs.prompted:make_swe_env", {"tasks": "starter", "backend": "local"}),
     "SWERebench-v0": (
-        "envs.swe_env:SWEEnv",
+        "envs.prompted:make_swe_env",
         {"tasks": "nebius/SWE-rebench", "split": "test", "backend": "docker"},
     ),
     "SWEBenchVerified-v0": (
-        "envs.swe_env:SWEEnv",
+        "envs.prompted:make_swe_env",
         {"tasks": "SWE-bench/SWE-bench_Verified", "split": "test", "backend": "docker"},
     ),
-    "SWEGym-v0": ("envs.swe_env:SWEEnv", {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"}),
+    "SWEGym-v0": ("envs.prompted:make_swe_env", {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"}),
     "SWERL-v0": ("envs.swerl_env:SWERLEnv", {"tasks": "starter"}),
     "ToyKeyword-v0": ("envs.toy:ToyKeywordEnv", {}),
 }

@@ -1,4 +1,9 @@
-"""The text the env shows the agent: system prompt (tool docs + action format) and task prompt."""
+"""The text the env shows the agent: system prompt (tool docs + action format) and task prompt.
+
+Two styles (``PROMPTS``): ``full`` (the default: every tool and editor command, with examples)
+and ``compact`` (about 150 tokens with SmolLM2's tokenizer: the same tools, one example each, for
+small models whose every training step pays for the prompt's tokens; ``envs.prompted``).
+"""
 
 from __future__ import annotations
 
@@ -72,6 +77,49 @@ Format: every reply is your reasoning followed by exactly ONE tool call as JSON 
 <tool_call>{"name": "submit", "arguments": {}}</tool_call>
 A reply with no tool call or with several tool calls is rejected and costs a turn.
 """
+
+
+PROMPTS = ("full", "compact")
+
+_COMPACT_FENCED = """\
+You fix an issue in a code repository. Reply with one short sentence, then exactly ONE command \
+in ONE fenced code block. Commands: a bash command; str_replace_editor view PATH; \
+str_replace_editor str_replace PATH, to replace a unique text:
+```
+str_replace_editor str_replace src/pkg/module.py
+<<<<<<< SEARCH
+return a - b
+=======
+return a + b
+>>>>>>> REPLACE
+```
+and, when done, submit (the tests grade your changes):
+```
+submit
+```
+"""
+
+_COMPACT_JSON = """\
+You fix an issue in a code repository. Reply with one short sentence, then exactly ONE tool \
+call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>. Tools: bash {"command"}; \
+str_replace_editor {"command": "view" or "str_replace", "path", "old_str", "new_str"} (old_str \
+must be unique); submit {} when done (the tests grade your changes). Example:
+<tool_call>{"name": "str_replace_editor", "arguments": {"command": "str_replace", "path": \
+"src/pkg/module.py", "old_str": "return a - b", "new_str": "return a + b"}}</tool_call>
+"""
+
+
+def compact_system_prompt(action_format: str = "fenced") -> str:
+    """The ``compact`` style: the tools and the action format in one example each."""
+    if action_format not in ACTION_FORMATS:
+        raise unknown_choice("action_format", action_format, ACTION_FORMATS)
+    return _COMPACT_FENCED if action_format == "fenced" else _COMPACT_JSON
+
+
+def compact_task_prompt(problem_statement: str, workdir: str, max_turns: int) -> str:
+    """The ``compact`` style's first observation: the issue, the turn budget, the directory."""
+    return (f"<issue>\n{problem_statement.strip()}\n</issue>\n"
+            f"You have {max_turns} turns.\n(Current directory: {workdir})")
 
 
 def system_prompt(action_format: str = "fenced", command_timeout: float = 60.0) -> str:
