@@ -26,7 +26,15 @@ from swe_gym.repos import REPOS_ENV, repo_dir_name
 from swe_gym.synth.derived import DerivedRepo, list_files, read_tree_files
 from swe_gym.synth.issue import Rewrite, issue_text
 from swe_gym.synth.operators import Mutation, mutations_of
-from swe_gym.synth.tiers import check_tier, keeps, location_hint, patch_context, tier_operators
+from swe_gym.synth.tiers import (
+    changed_line,
+    check_tier,
+    guided_issue,
+    keeps,
+    location_hint,
+    patch_context,
+    tier_operators,
+)
 from swe_gym.synth.validate import Outcome, Validator, baseline, clean_task
 
 DEFAULT_TEST_CMD = "pytest -rA"
@@ -44,7 +52,7 @@ class SynthConfig:
     repos_dir: Path = field(default_factory=default_repos_dir)
     repo_name: str | None = None  # the rows' ``repo``; default synth/<source folder name>
     operators: list[str] | None = None
-    tier: str = "all"  # "easy": local single-line edits, an issue naming the file (tiers.py)
+    tier: str = "all"  # "easy" / "guided": local single-line edits, issue help (tiers.py)
     include: list[str] | None = None  # globs of files to mutate (default: non-test .py files)
     max_candidates: int | None = None
     workers: int = 2
@@ -157,15 +165,18 @@ def make_row(
     new_last = m.lineno + m.replacement.count("\n")
     edit_lines = text.splitlines()[first - 1 : last] + mutant.splitlines()[first - 1 : new_last]
     assert cfg.repo_name is not None
-    problem = issue_text(
-        cfg.repo_name,
-        out.log,
-        out.fail_to_pass,
-        out.pass_to_pass,
-        forbidden=edit_lines,
-        rewrite=cfg.rewrite,
-        location=location_hint(cfg.tier, m.path, m.qualname),
-    )
+    if cfg.tier == "guided":  # states the edit on purpose: the tier teaches tools and format
+        problem = guided_issue(m.path, m.qualname, *changed_line(m, text), len(out.fail_to_pass))
+    else:
+        problem = issue_text(
+            cfg.repo_name,
+            out.log,
+            out.fail_to_pass,
+            out.pass_to_pass,
+            forbidden=edit_lines,
+            rewrite=cfg.rewrite,
+            location=location_hint(cfg.tier, m.path, m.qualname),
+        )
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
         "repo": cfg.repo_name,

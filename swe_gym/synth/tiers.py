@@ -1,5 +1,12 @@
 """Difficulty tiers: which candidates a tier keeps and what its issue text may add.
 
+``guided`` is the bottom rung, for learning the tools and the action format rather than
+debugging: the easy tier's operators and single-line edits, kept only where the buggy line's
+text occurs once in its file, and an issue that states the file, the function, the line as it
+is and the line as it should be. The fix is then a faithful copy of what the agent reads (one
+``str_replace`` of the quoted text, then ``submit``); the gold patch has no context lines, so
+the oracle's edit is exactly the quoted pair.
+
 ``all`` keeps every operator's mutations and writes the issue from the failing tests alone.
 ``easy`` is meant for very small models: only the most local operators (one token or one
 expression changed, the right code inferable from the code around it), only edits that touch a
@@ -24,7 +31,8 @@ EASY_OPERATORS = (
     "off_by_one",
     "swap_arguments",
 )
-TIERS = ("all", "easy")
+TIERS = ("all", "easy", "guided")
+LOCAL_TIERS = ("easy", "guided")  # the tiers that run only EASY_OPERATORS on one line
 
 
 def check_tier(tier: str) -> str:
@@ -34,29 +42,44 @@ def check_tier(tier: str) -> str:
 
 
 def tier_operators(tier: str, operators: list[str] | None) -> list[str] | None:
-    """The operators a tier runs: ``easy`` narrows ``operators`` (or all) to the local ones."""
+    """The operators a tier runs: ``easy`` and ``guided`` narrow ``operators`` (or all) to the
+    local ones."""
     if check_tier(tier) == "all":
         return operators
     chosen = [o for o in (operators or EASY_OPERATORS) if o in EASY_OPERATORS]
     if not chosen:
         raise ValueError(
-            f"tier 'easy' runs only {', '.join(EASY_OPERATORS)}; none of {operators} is one"
+            f"tier {tier!r} runs only {', '.join(EASY_OPERATORS)}; none of {operators} is one"
         )
     return chosen
 
 
 def keeps(tier: str, mutation: Mutation, text: str) -> bool:
-    """Whether ``tier`` keeps a candidate (``easy``: the edit stays on one line)."""
+    """Whether ``tier`` keeps a candidate (``easy``: the edit stays on one line; ``guided``:
+    also, the buggy line's stripped text occurs once in the buggy file, so quoting it is a
+    unique ``str_replace``)."""
     if tier == "all":
         return True
     old = text[mutation.start : mutation.end]
-    return "\n" not in old and "\n" not in mutation.replacement
+    if "\n" in old or "\n" in mutation.replacement:
+        return False
+    if tier == "guided":
+        buggy, fixed = changed_line(mutation, text)
+        return bool(buggy) and buggy != fixed and mutation.apply(text).count(buggy) == 1
+    return True
+
+
+def changed_line(mutation: Mutation, text: str) -> tuple[str, str]:
+    """``(buggy, fixed)``: the stripped line of a single-line edit after and before it."""
+    i = mutation.lineno - 1
+    return mutation.apply(text).splitlines()[i].strip(), text.splitlines()[i].strip()
 
 
 def patch_context(tier: str) -> int:
     """Context lines of the gold patch: ``easy`` keeps one, so the oracle's edit (old text =
-    context and removed lines) is three lines, short enough for a small model to imitate."""
-    return 1 if tier == "easy" else 3
+    context and removed lines) is three lines, short enough for a small model to imitate;
+    ``guided`` keeps none, so the edit is the one line the issue quotes."""
+    return {"easy": 1, "guided": 0}.get(tier, 3)
 
 
 def location_hint(tier: str, path: str, qualname: str) -> str | None:
@@ -66,10 +89,21 @@ def location_hint(tier: str, path: str, qualname: str) -> str | None:
     return f"The problem is in `{path}`, in the function `{qualname}`."
 
 
+def guided_issue(path: str, qualname: str, buggy: str, fixed: str, n_failing: int) -> str:
+    """The ``guided`` tier's whole issue: where, the line as it is, the line as it should be.
+    Short on purpose (tokens are the cost of every training step on a CPU)."""
+    tests = "1 test fails" if n_failing == 1 else f"{n_failing} tests fail"
+    return (f"{tests}. In `{path}`, function `{qualname}`, the line\n"
+            f"{buggy}\nshould be\n{fixed}\n")
+
+
 __all__ = [
     "EASY_OPERATORS",
     "TIERS",
+    "LOCAL_TIERS",
+    "changed_line",
     "check_tier",
+    "guided_issue",
     "keeps",
     "location_hint",
     "patch_context",
