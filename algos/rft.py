@@ -11,7 +11,12 @@
    reuses);
 3. SFT on policy tokens only, turns that were invalid actions masked out of the loss
    (``Trajectory.to_sample_arrays(mask_invalid=True)``); ``batch_size`` trajectories per step,
-   token-mean NLL over the batch, AdamW (wd 0.1), 10 warm-up steps, cosine to 0, 1 epoch.
+   token-mean NLL over the batch, AdamW (wd 0.1), 10 warm-up steps, cosine to 0, 1 epoch;
+4. with ``probe_contexts``, after each epoch (and before the first) the share of sampled replies
+   that parse as one action on turn contexts of the kept trajectories (``algos.format_probe``),
+   logged as ``format_valid``; with ``format_patience``, ``epochs`` is a maximum and the run
+   stops once that share has not risen for that many epochs (a small model learning the format
+   needs more than a fixed handful of steps, and no more once it has it).
 
 How this departs from the paper: the warm-up is shortened to ``total_steps - 1`` when the run
 has fewer steps than that (tiny runs); sequences longer than ``max_context_tokens`` are
@@ -39,6 +44,7 @@ from algos.config import (
     to_dict,
 )
 from algos.data import Sample
+from algos.format_probe import PROBES, format_valid_rate, greedy_match_rate, turn_contexts
 from algos.learner import LearnerConfig
 from algos.policy import Policy, build_policy, load_policy_model
 from algos.report import save_iteration_episodes
@@ -68,6 +74,7 @@ RESULT_COLUMNS = (
     ("nll", "nll", ".4f"),
     ("lr", "lr", ".2e"),
     ("grad_norm", "grad_norm", ".3f"),
+    ("format_valid", "format_valid", ".3f"),
     ("seqs", "sequences", ".0f"),
     ("tokens", "loss_tokens", ".0f"),
     ("time_s", "time_s", ".1f"),
@@ -101,6 +108,16 @@ class RFTConfig(RunConfig):
     save_episodes: int | None = 64
     """Rolled-out episodes written to RUN_DIR/episodes/iter-000001.jsonl (as the RL loop saves an
     iteration's; python -m algos.report RUN_DIR shows them); 0 saves none, none saves all."""
+    probe_contexts: int = 0
+    """Turn contexts of the kept trajectories the format probe samples a reply for, before the
+    first epoch and after each (format_valid in the metrics); 0: no probe."""
+    probe: str = "greedy"
+    """Format probe (algos/format_probe.py): greedy (one forward pass: the share of valid turns
+    greedy decoding reproduces, a lower bound) or sample (sampled replies parsed as the env
+    would: the format-valid rate itself, minutes per probe on a CPU)."""
+    format_patience: int = 0
+    """Stop after this many epochs in a row without a rise of format_valid (epochs is then a
+    maximum; needs probe_contexts); 0: run every epoch."""
     save_episodes_sampling: str = "groups"
     """Which episodes are saved when there are more than save_episodes: groups (whole tasks at
     random) or random (episodes at random)."""
@@ -122,6 +139,12 @@ class RFTConfig(RunConfig):
         for path in self.trajectories or []:
             if not Path(path).is_file():
                 raise ConfigError(f"trajectory file {path!r} does not exist")
+        if self.probe_contexts < 0 or self.format_patience < 0:
+            raise ConfigError("probe_contexts and format_patience must be >= 0")
+        if self.probe not in PROBES:
+            raise unknown_choice("probe", self.probe, PROBES)
+        if self.format_patience and not self.probe_contexts:
+            raise ConfigError("format_patience stops on the format probe: set probe_contexts too")
         if self.trajectories and self.agent:
             raise ConfigError(f"agent={self.agent!r} runs the rollouts, but trajectories="
                               f"{self.trajectories} replace them: pass one or the other")
@@ -176,6 +199,38 @@ def build_samples(cfg: RFTConfig, trajs: Sequence[Any], counters: Counters) -> l
         if sample is not None:
             out.append(sample)
     return out
+
+
+class FormatProbe:
+    """The per-epoch format probe (``probe_contexts``) and its plateau count."""
+
+    def __init__(self, cfg: RFTConfig, policy: Policy, kept: Sequence[Any]):
+        self.cfg = cfg
+        self.policy = policy
+        self.enabled = cfg.probe_contexts > 0
+        self.kept = kept
+        self.contexts = (turn_contexts(kept, cfg.probe_contexts, cfg.seed)
+                         if self.enabled and cfg.probe == "sample" else [])
+        self.best = -1.0
+        self.flat_for = 0  # epochs in a row without a rise
+
+    def __call__(self, epoch: int) -> float:
+        t0 = time.perf_counter()
+        if self.cfg.probe == "greedy":
+            rate = greedy_match_rate(self.policy.model, self.kept, self.cfg.probe_contexts,
+                                     self.cfg.seed)
+        else:
+            rate = format_valid_rate(
+                self.policy.model, self.policy.tokenizer, self.contexts,
+                action_format=self.cfg.env_kwargs.get("action_format", "fenced"),
+                max_new_tokens=self.cfg.max_new_tokens or 128,
+                temperature=self.cfg.temperature, seed=self.cfg.seed + epoch)
+        self.flat_for = 0 if rate > self.best else self.flat_for + 1
+        self.best = max(self.best, rate)
+        print(f"rft: epoch {epoch}: format_valid ({self.cfg.probe}) {rate:.3f} on "
+              f"{self.cfg.probe_contexts} turns ({time.perf_counter() - t0:.0f} s)",
+              file=sys.stderr)
+        return rate
 
 
 def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
@@ -237,6 +292,12 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
     def save() -> None:
         learner.save_checkpoint(ckpt, extra_state={"done_steps": done, "algo": "rft"})
 
+    probe = FormatProbe(cfg, policy, kept)
+    if probe.enabled and done == 0:
+        row0 = {"step": 0, "epoch": 0, "format_valid": probe(0)}
+        logger.log(row0)
+        rows.append(row0)
+
     try:
         with InterruptGuard() as guard:
             try:
@@ -251,11 +312,20 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
                         done += 1
                     row = {"step": done, "epoch": epoch + 1, **metrics,
                            "time_s": time.perf_counter() - t0}
+                    stop = False
+                    if probe.enabled and done % steps_per_epoch == 0:  # an epoch ended
+                        row["format_valid"] = probe(epoch + 1)
+                        stop = probe.flat_for >= cfg.format_patience > 0
                     logger.log(row)
                     rows.append(row)
                     if bar is not None:
                         bar.update(1)
                         bar.set_postfix(nll=f"{metrics.get('nll', float('nan')):.4f}")
+                    if stop:
+                        print(f"rft: format_valid has not risen for {probe.flat_for} epoch(s) "
+                              f"(best {probe.best:.3f}): stopping after epoch {epoch + 1}",
+                              file=sys.stderr)
+                        total = done
                     if done == total or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
                         with guard.critical():
                             save()
