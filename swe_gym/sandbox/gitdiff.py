@@ -31,7 +31,7 @@ if [ ! -e "$GIT_DIR/HEAD" ]; then
   printf '%s\n' "$ALTERNATE" > "$GIT_DIR/objects/info/alternates"
   printf '%s\n' "$BASE" > "$GIT_DIR/HEAD"
 fi
-g() { git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.fileMode="$FILEMODE" \
+g() { git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.fileMode="$FILEMODE" -c core.compression=0 \
       -c core.untrackedCache=false -c core.splitIndex=false -c core.quotePath=false "$@"; }
 if [ -n "${SEED_INDEX:-}" ] && [ -f "$SEED_INDEX" ] && [ ! -L "$SEED_INDEX" ]; then
   cp -- "$SEED_INDEX" "$GIT_INDEX_FILE" 2>/dev/null || rm -f -- "$GIT_INDEX_FILE"
