@@ -100,6 +100,10 @@ class DAPOConfig(RLConfig):
     """A solve_rates.json from an earlier run: keep only tasks with 0 < rate < 2/3 (stage 2)."""
     yarn_factor: float | None = None
     """Extend the rope with YaRN by this factor (stage 2: 4)."""
+    warm_start: str | None = None
+    """A warm-start recipe (algos/presets/warm_start_NAME.yaml, or a YAML path): the first run
+    builds its synthetic tasks, the oracle's runs and an RFT model (cached), later runs reuse
+    them; the run trains that model on those tasks (algos/warm_start.py)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -130,6 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                            description=__doc__.split("\n\n")[0], prefix="dapo", stages=True)
     except ValueError as e:
         raise SystemExit(f"config error: {e}") from None
+    if cfg.warm_start:
+        from algos.warm_start import apply
+
+        try:
+            cfg = apply(cfg)
+        except ValueError as e:
+            raise SystemExit(f"config error: {e}") from None
     return run_cli(cfg, "dapo")
 
 
