@@ -456,6 +456,10 @@ class RLConfig(RunConfig):
     save_episodes_sampling: str = "groups"
     """Which episodes are saved when an iteration has more than save_episodes: groups (whole
     groups at random, so a task's episodes stay together) or random (episodes at random)."""
+    tree_packing: bool = True
+    """Shared-prefix packing in the learner: a group's common prompt (found from the token
+    ids) computed once, each episode's continuation attending to it (algos.tree); same loss and
+    gradients as plain packing. The metrics row shows tokens_computed against tokens_plain."""
     max_staleness: int = 0
     """Asynchronous RL: 0 is the synchronous loop (roll out, then train); K >= 1 keeps a
     background producer rolling out from the latest pushed weights while the learner trains, and

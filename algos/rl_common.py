@@ -55,7 +55,7 @@ def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
         agg_mode=cfg.agg_mode, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
         entropy_coef=cfg.entropy_coef, log_entropy=True, temperature=cfg.temperature,
         off_policy_correction=getattr(cfg, "off_policy_correction", "none"),
-        is_cap=getattr(cfg, "is_cap", 2.0),
+        is_cap=getattr(cfg, "is_cap", 2.0), tree_packing=getattr(cfg, "tree_packing", True),
     )
 
 

@@ -182,7 +182,7 @@ def broadcast_object(obj: Any) -> Any:
 
 _GLOBAL_METRICS = ("grad_norm", "lr", "step", "skipped", "skipped_steps", "loss_tokens",
                    "sequences", "tokens", "padded_tokens", "micro_batches", "time_s",
-                   "tokens_per_s")
+                   "tokens_per_s", "tokens_computed", "tokens_plain")
 
 
 def reduce_step_metrics(metrics: dict[str, float], samples: Sequence[Sample],
@@ -322,7 +322,8 @@ def mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
         return {"loss": float("nan")}
     keys = ("loss", "pg_loss", "nll", "kl", "entropy", "clip_frac_low", "clip_frac_high",
             "approx_kl", "ratio_mean", "grad_norm", "lr", "loss_tokens", "tokens_per_s",
-            "mismatch_kl", "mismatch_ratio_mean", "is_weight_mean", "is_capped_frac")
+            "mismatch_kl", "mismatch_ratio_mean", "is_weight_mean", "is_capped_frac",
+            "tokens_computed", "tokens_plain")
     out: dict[str, float] = {}
     for k in keys:
         vals = [m[k] for m in step_metrics if k in m and math.isfinite(m[k])]

@@ -120,15 +120,19 @@ class TreeLayout:
         if key not in self._cache:
             from torch.nn.attention.flex_attention import create_block_mask
 
-            piece_of, prefix_of = self.piece_tables(device)
-
-            def mask_mod(b, h, q_idx, kv_idx):
-                pq, pk = piece_of[q_idx], piece_of[kv_idx]
-                return ((pq == pk) & (kv_idx <= q_idx)) | (prefix_of[pq] == pk)
-
-            self._cache[key] = create_block_mask(mask_mod, None, None, self.length,
-                                                 self.length, device=device)
+            self._cache[key] = create_block_mask(self.mask_mod(device), None, None,
+                                                 self.length, self.length, device=device)
         return self._cache[key]
+
+    def mask_mod(self, device: torch.device):
+        """FlexAttention ``mask_mod``: own piece causally, or the piece's prefix entirely."""
+        piece_of, prefix_of = self.piece_tables(device)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            pq, pk = piece_of[q_idx], piece_of[kv_idx]
+            return ((pq == pk) & (kv_idx <= q_idx)) | (prefix_of[pq] == pk)
+
+        return mask_mod
 
     def _flex(self, query, key, value, scaling):
         global _compiled_flex

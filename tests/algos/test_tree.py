@@ -21,7 +21,7 @@ import torch
 
 from algos.data import Sample, pack_samples
 from algos.learner import Learner, LearnerConfig
-from algos.tree import TreeMicroBatch, find_trees, pack_trees
+from algos.tree import TreeMicroBatch, dense_tree_mask, find_trees, pack_trees
 from algos.tree_attention import TreeLayout
 from tests.algos.test_learner import tiny_llama
 
@@ -190,7 +190,20 @@ def test_tree_with_checkpointing_and_float32():
 # ------------------------------------------------------------------------------ kernels
 
 
-@pytest.mark.parametrize("kernel", ["dense", "flex"])
+def test_flex_mask_is_the_tree_mask():
+    """The CUDA kernel's mask_mod, expanded, is exactly the dense tree mask."""
+    from torch.nn.attention.flex_attention import create_mask
+
+    mb = pack_trees(group_samples(6, singles=2), 10_000, min_prefix=16)[0]
+    length = mb.input_ids.shape[1]
+    layout = TreeLayout(mb.pieces, length, "flex")
+    got = create_mask(layout.mask_mod(torch.device("cpu")), None, None, length, length,
+                      device="cpu")[0, 0]
+    assert torch.equal(got, dense_tree_mask(mb.pieces, length))
+    assert layout.block_mask(torch.device("cpu")) is not None
+
+
+@pytest.mark.parametrize("kernel", ["dense", pytest.param("flex", marks=pytest.mark.slow)])
 def test_kernels_agree(kernel):
     """The default CPU kernel (pieces) against the dense mask and FlexAttention (eager on CPU:
     the same block mask the CUDA path compiles)."""
@@ -227,3 +240,15 @@ def test_flex_kernel_on_cuda_matches_plain_packing():
     plain = run_step(model, samples, tree=False, **kw)
     for name, g in plain[2].items():
         assert (tree[2][name] - g).norm() <= 1e-4 * g.norm(), name
+
+
+def test_config_switch_and_metrics_row():
+    """DAPO's config turns trees on by default, ``tree_packing: false`` turns them off, and
+    the iteration's metrics row keeps tokens_computed next to tokens_plain."""
+    from algos.dapo import DAPOConfig
+    from algos.run_io import mean_metrics
+
+    assert DAPOConfig().learner_config().tree_packing is True
+    assert DAPOConfig(tree_packing=False).learner_config().tree_packing is False
+    row = mean_metrics([{"loss": 0.1, "tokens_computed": 300.0, "tokens_plain": 900.0}])
+    assert (row["tokens_computed"], row["tokens_plain"]) == (300.0, 900.0)
