@@ -249,6 +249,8 @@ def test_config_switch_and_metrics_row():
     from algos.run_io import mean_metrics
 
     assert DAPOConfig().learner_config().tree_packing is True
+    # only packed_sdpa reads the tree layout: an eager model keeps plain packing
+    assert not Learner(tiny_llama(attn="eager"), LearnerConfig()).trees
     assert DAPOConfig(tree_packing=False).learner_config().tree_packing is False
     row = mean_metrics([{"loss": 0.1, "tokens_computed": 300.0, "tokens_plain": 900.0}])
     assert (row["tokens_computed"], row["tokens_plain"]) == (300.0, 900.0)
