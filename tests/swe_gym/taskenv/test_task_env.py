@@ -122,3 +122,23 @@ def test_resolution_is_dated_and_a_newer_pin_wins_with_a_note(env_cache):
     pinned = ensure(Recipe("install_config", python="3.12", packages=["inflection==0.5.1"],
                            exclude_newer="2020-07-01"), label="pinned")
     assert "--exclude-newer 2020-07-01 dropped" in pinned.manifest["note"]
+
+
+def test_gym_make_on_a_published_shaped_row(oldpy, tmp_path):
+    """The README's path: a rows file and clones, gym.make, the row's own Python in the
+    agent's shell, the gold fix submitted pays 1.0."""
+    import gymnasium as gym
+
+    import swe_gym  # noqa: F401
+
+    row, repos = oldpy
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    with gym.make("SWERebench-v0", tasks=str(rows), backend="local",
+                  sandbox_options={"repos_dir": repos}, max_turns=5) as env:
+        env.reset(seed=0)
+        obs, *_ = env.step("```\npython --version\n```")
+        assert obs.startswith("Python 3.9.")
+        obs, *_ = env.step(f"```\ncat > /tmp/fix.diff <<'EOF'\n{row['patch']}EOF\ngit apply /tmp/fix.diff\n```")
+        _, reward, terminated, _, info = env.step("```\nsubmit\n```")
+    assert terminated and reward == 1.0, info
