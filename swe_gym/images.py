@@ -420,7 +420,12 @@ def _tail(text: str, lines: int = 40) -> str:
 
 
 def _docker_build(
-    client: Any, tag: str, dockerfile: str, files: Mapping[str, Path] | None, network: str
+    client: Any,
+    tag: str,
+    dockerfile: str,
+    files: Mapping[str, Path] | None,
+    network: str,
+    skip: Any = None,  # (member name) -> True to leave it out of the context
 ) -> None:
     """``docker build`` from an in-memory context (the legacy builder; no BuildKit here)."""
     import docker.errors
@@ -431,8 +436,9 @@ def _docker_build(
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        keep = None if skip is None else (lambda m: None if skip(m.name) else m)
         for name, path in (files or {}).items():
-            tar.add(str(path), arcname=name)
+            tar.add(str(path), arcname=name, filter=keep)
     buf.seek(0)
     lines: list[str] = []
     with _build_slots:
@@ -535,7 +541,9 @@ def build_instance(
             if rebuild or not _image_exists(client, env_tag):
                 log.info("building task environment image %s", env_tag)
                 dockerfile, files = docker_layers.env_dockerfile(tenv, base, LABEL_OWNER)
-                _docker_build(client, env_tag, dockerfile, files, network)
+                _docker_build(
+                    client, env_tag, dockerfile, files, network, skip=docker_layers.skip_in_context
+                )
         recipe = Recipe(env={}, instance=docker_layers.without_install(recipe.instance), base=base)
     else:
         env_tag = recipe.env_tag

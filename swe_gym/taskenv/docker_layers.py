@@ -13,12 +13,13 @@ build: it needs the shared libraries the base image has (checked at build: ``imp
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from swe_gym.taskenv.build import TaskEnv
 from swe_gym.taskenv.tree import copy_generated
 
-LAYOUT_VERSION = 2  # bump when env_dockerfile changes what it builds
+LAYOUT_VERSION = 3  # bump when env_dockerfile changes what it builds
 IMAGE_ENV_ROOT = "/opt/swe_gym/env"  # not the host's cache path: the sandbox's /tmp is a tmpfs
 
 
@@ -52,6 +53,15 @@ def env_tag(env: TaskEnv, base: str, owner: str) -> str:
     return f"swe-gym/env:task-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
+_SKIP = re.compile(r"python/lib/python[0-9.]+/(site-packages|dist-packages|test)(/|$)")
+
+
+def skip_in_context(name: str) -> bool:
+    """Context members left out: the interpreter's own site-packages (the host's packages,
+    gigabytes for the toolkit's interpreter; the venv never reads them) and its test suite."""
+    return bool(_SKIP.match(name))
+
+
 def prepare_testbed(env: TaskEnv, testbed: Path) -> list[str]:
     """Put the install step's generated files into the instance context's testbed."""
     return copy_generated(env, testbed, [testbed / ".git"])
@@ -62,4 +72,11 @@ def without_install(instance: dict) -> dict:
     return {k: v for k, v in instance.items() if k not in ("pre_install", "install")}
 
 
-__all__ = ["IMAGE_ENV_ROOT", "env_dockerfile", "env_tag", "prepare_testbed", "without_install"]
+__all__ = [
+    "IMAGE_ENV_ROOT",
+    "env_dockerfile",
+    "env_tag",
+    "prepare_testbed",
+    "skip_in_context",
+    "without_install",
+]
