@@ -22,8 +22,9 @@ The factory contract (called once per episode, with keywords)::
 - An episode the program leaves before the env ends it, or that raises, is an ``error`` (dropped
   from training and counted, like a crashed built-in episode).
 - A session whose history the program edited, or whose template re-renders history, has
-  several segments (``agents.gateway.sessions``); the learner trains on one sequence per
-  episode, so only the first segment is kept (``agent["dropped_turns"]`` counts the rest).
+  several segments (``agents.gateway.sessions``, ``agent["segment_starts"]``); every one is
+  trained, each as its own sequence with the episode's advantage (``algos.scoring.segments``),
+  and the metrics count them (``segments``, ``prefix_failures``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from agents.gateway import APIError, Gateway, key_session_id, split_segments
+from agents.gateway import APIError, Gateway, key_session_id
 from agents.react import turn_seed
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
@@ -194,14 +195,12 @@ def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
     if sid in engine.overflowed and traj.finish_reason == "error":
         traj.finish_reason = "context_overflow"
     recorded = gateway.pop_session(sid)
-    first, *rest = split_segments(recorded) if recorded.turns else [recorded]
-    traj.turns = first.turns
+    traj.turns = recorded.turns  # every segment: the learner trains each (scoring.segments)
     traj.token_exact = bool(traj.turns)
     traj.model = recorded.model
     traj.sampling = {"temperature": engine.cfg.temperature, "top_p": 1.0,
                      "max_new_tokens": engine.cfg.max_new_tokens}
-    traj.agent = {**recorded.agent, "program": spec.agent, "segment_starts": [0],
-                  "dropped_turns": sum(len(p.turns) for p in rest)}
+    traj.agent = {**recorded.agent, "program": spec.agent}
     traj.wall_s = time.perf_counter() - started
     return traj
 

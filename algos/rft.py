@@ -62,7 +62,7 @@ from algos.scoring import (
     Counters,
     EpisodesFailed,
     check_episode_errors,
-    to_sample,
+    episode_samples,
 )
 from algos.trainer import default_learner_factory
 from swe_gym.errors import unknown_choice
@@ -191,13 +191,12 @@ def collect(cfg: RFTConfig, policy: Policy | None,
 
 
 def build_samples(cfg: RFTConfig, trajs: Sequence[Any], counters: Counters) -> list[Sample]:
-    """SFT samples (advantage 1) with invalid-action turns masked when ``mask_invalid``."""
+    """SFT samples (advantage 1) with invalid-action turns masked when ``mask_invalid``; an
+    episode recorded in several segments (a rewritten gateway history) gives one per segment."""
     out = []
     for i, t in enumerate(trajs):
-        sample = to_sample(t, 1.0, cfg.max_context_tokens, cfg.mask_invalid, counters,
-                           f"{t.task_id}/{i}")
-        if sample is not None:
-            out.append(sample)
+        out += episode_samples(t, 1.0, cfg.max_context_tokens, cfg.mask_invalid, counters,
+                               f"{t.task_id}/{i}")
     return out
 
 

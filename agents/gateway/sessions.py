@@ -116,6 +116,7 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)  # passed on to the engine each turn
     lock: threading.Lock = field(default_factory=threading.Lock)
     busy: bool = False  # a request is routed to it (set and read under the recorder's lock)
+    pinned: bool = False  # opened by its owner (open_session): every request of its key is its
 
 
 class SessionRecorder:
@@ -244,6 +245,7 @@ class SessionRecorder:
         session = self._session(session_id)
         with session.lock:
             session.metadata.update(metadata)
+            session.pinned = True
 
     def complete(
         self, session_id: str, messages: list[dict[str, Any]], params: SamplingParams
@@ -255,9 +257,15 @@ class SessionRecorder:
         """The session of ``base_id``'s family (``base_id``, ``base_id~1``, ...) this request
         continues: an idle one whose history the messages extend, else an idle empty one, else a
         new one. For sessions named by a shared API key: concurrent conversations under one key
-        become separate sessions instead of queueing into one and breaking each other's prefix."""
+        become separate sessions instead of queueing into one and breaking each other's prefix,
+        and a request that extends none of them starts another. A session its owner opened
+        (``open_session``, as the trainer does per episode) takes every request of its key:
+        a rewritten history is then a new segment of it."""
         messages = [normalize_message(m) for m in messages]
         with self._lock:
+            base = self._sessions.get(base_id)
+            if base is not None and base.pinned:  # one episode's key: rewrites are segments
+                return base_id
             family = [s for sid, s in self._sessions.items() if sid.split("~")[0] == base_id]
             idle = [s for s in family if not s.busy]
             pick = next(

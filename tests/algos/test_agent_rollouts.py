@@ -108,6 +108,45 @@ def test_program_failures_end_the_episode_as_errors(tokenizer, monkeypatch):
             load_agent_factory(bad)
 
 
+def test_every_segment_of_a_rewritten_history_is_kept_and_trained(tokenizer, monkeypatch):
+    """A harness that calls the model again with a rewritten history (a summary instead of the
+    conversation) records two segments; both are kept and become samples."""
+    import openai
+
+    from algos.scoring import Counters, Scored, to_samples
+
+    def rewriter(base_url, api_key, model):
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+
+        def chat(text):
+            msgs = [{"role": "user", "content": text}]
+            return client.chat.completions.create(model=model, messages=msgs).choices[0]
+
+        def play(env):
+            obs, _ = env.reset()
+            draft = chat(obs).message.content
+            env.step(chat(f"{obs}\nA draft to improve: {draft}").message.content)
+
+        return play
+
+    module = types.ModuleType("rewriting_agents")
+    module.rewriter = rewriter
+    monkeypatch.setitem(sys.modules, "rewriting_agents", module)
+    engine = _Engine(["a draft with w", "the final w"], tokenizer)
+    (traj,) = run_agent_rollouts(_spec("rewriting_agents:rewriter"), engine, ["toy-0"], 1, 0)
+    assert traj.finish_reason == "submitted" and traj.reward == 1.0, traj.error
+    assert traj.num_turns == 2 and traj.agent["segment_starts"] == [0, 1]
+    assert traj.agent["prefix_failures"] == 1 and "dropped_turns" not in traj.agent
+    counters = Counters()
+    samples = to_samples([Scored(traj, 0, 1.0, advantage=0.5)], counters, max_tokens=4096,
+                         mask_invalid=True, overlong_filter=False)
+    assert len(samples) == 2 and counters.segments == 2
+    for sample, turn in zip(samples, traj.turns, strict=True):
+        trained = [i for i, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m]
+        assert trained == turn.completion_ids  # each segment's own reply, in its own context
+        assert sample.input_ids[: len(turn.prompt_delta_ids)] == turn.prompt_delta_ids
+
+
 def test_context_overflow_ends_the_episode(tokenizer):
     engine = _Engine(["w"], tokenizer)
     (traj,) = run_agent_rollouts(_spec(max_context_tokens=4), engine, ["toy-0"], 1, 0)
@@ -147,7 +186,7 @@ def test_swestarter_episode_through_the_gateway(tokenizer):
     (traj,) = run_agent_rollouts(spec, OracleModel(tokenizer=tokenizer), [task_id], 1, 0)
     assert traj.finish_reason == "submitted", traj.error
     assert traj.resolved and traj.reward == 1.0 and traj.patch.startswith("diff --git")
-    assert traj.token_exact and traj.num_turns >= 2 and traj.agent["dropped_turns"] == 0
+    assert traj.token_exact and traj.num_turns >= 2 and traj.agent["segment_starts"] == [0]
     assert traj.system_prompt and traj.prompt
 
 
