@@ -322,6 +322,7 @@ class LocalSandbox:
             repos_dir=self.repos_dir,
             toolchain=env.binds[1:] if env else None,
             env_binds=[(env.binds[0], False)] if env else [],
+            hide=env.base_site_packages() if env else [],
         )
         return [*args, "--chdir", SANDBOX_WORKDIR]
 

@@ -207,6 +207,7 @@ def bwrap_mounts(
     repos_dir: str | os.PathLike | None = None,
     toolchain: list[str] | None = None,
     env_binds: list[tuple[str, bool]] = (),  # type: ignore[assignment]
+    hide: list[str] = (),  # type: ignore[assignment]
 ) -> list[str]:
     """bwrap options building the sandbox's file system (see the module docstring).
 
@@ -214,7 +215,8 @@ def bwrap_mounts(
     the host's; a task environment passes its own venv and interpreter prefix instead, so the
     host's site-packages and plugins stay out of sight). ``env_binds``: (host dir, writable)
     bound at their host paths after the project masks (a task environment lives in the
-    toolkit cache, which is masked).
+    toolkit cache, which is masked). ``hide``: directories inside bound ones masked with an
+    empty read-only tmpfs (a task environment's interpreter's own site-packages).
 
     ``objects``: git objects directories bound read-only at their host paths (the alternates
     of the working copy). ``extra_binds``: (host, sandbox, writable) for private paths such as
@@ -252,6 +254,7 @@ def bwrap_mounts(
     for proj in project_paths(repos_dir):
         if any(_inside(proj, b) for b in bound) and os.path.isdir(proj):
             masks.append(proj)
+    masks += [d for d in hide if os.path.isdir(d) and d not in masks]
     for m in masks:
         args += ["--tmpfs", m]
     for obj in objects:

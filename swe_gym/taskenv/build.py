@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -70,6 +71,12 @@ class TaskEnv:
     @property
     def tree(self) -> Path:
         return self.root / "tree"
+
+    def base_site_packages(self) -> list[str]:
+        """The interpreter's own site-packages (the host's packages; the venv never reads
+        them), hidden in sandboxes."""
+        prefix = self.manifest["interpreter_prefix"]
+        return sorted(glob.glob(f"{prefix}/lib/python*/site-packages"))
 
     def path(self) -> str:
         return f"{self.venv}/bin:{VENV_PATH_TAIL}"

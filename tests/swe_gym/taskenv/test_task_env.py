@@ -57,6 +57,8 @@ def test_the_sandbox_sees_only_the_environment(oldpy):
         # the host's site-packages and plugins are not there, nor its other interpreters
         assert sb.run("python -c 'import swebench'").exit_code != 0
         assert sb.run(f"ls {sys.base_prefix}/lib").exit_code != 0
+        base_site = env.base_site_packages()[0]  # the 3.9 interpreter's own: empty here
+        assert sb.run(f"ls -A {base_site} | wc -l").output.strip() == "0"
         assert sb.run("pytest --version").output.strip().endswith("7.4.4")
         # the install step's generated file is in the tree, outside git status and the diff
         assert sb.run("cat oldpy/_version.py; git status --short").output == "version = '0.1'\n"
