@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"agreement with swebench's verdict: {agree}/{len(judged)} rows (empty and gold patch); "
         f"not built: {sum(r.env.startswith('not built') for r in results)}"
+        + ("" if rule == "official" else " (ours by the rl rule: an XFAIL fix differs by design)")
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

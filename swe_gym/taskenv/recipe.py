@@ -119,7 +119,8 @@ def recipe_for(task: Task, read_file=None, commit_date=None) -> Recipe:  # noqa:
 
 
 def host_satisfies(recipe: Recipe) -> bool:
-    """The host interpreter meets the recipe as it stands: same minor version (or none asked),
+    """The host interpreter (the one running this toolkit) meets the recipe as it stands:
+    same minor version (or none asked),
     every package requirement met by an installed distribution, nothing to install or run."""
     if recipe.requirements or recipe.install or recipe.pre_install or recipe.unsupported:
         return False
