@@ -18,6 +18,7 @@ their log alone, and the report says so.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -84,33 +85,35 @@ class Channel:
 
     path: str
     key: str
-    exports: str  # shell: the variables that load the plugin for the test command
+    exports: str  # shell: write the plugin and key file, export what loads the plugin
 
 
 def prepare(sandbox: Sandbox, work_dir: str, env: Environment) -> Channel:
-    """Write the plugin into ``work_dir`` and return the run's channel."""
-    folder = f"{work_dir}/verdict"
-    sandbox.write_file(
-        f"{folder}/{PLUGIN_MODULE}.py", (Path(__file__).parent / "verdict_plugin.py").read_bytes()
-    )
+    """The run's channel: the plugin and the key file are written by the test command's own
+    shell just before the tests start (no file API round trips: on Docker each costs a
+    request), then the variables that load the plugin are exported."""
     key, name = secrets.token_hex(32), secrets.token_hex(8)
-    path = f"{folder}/{name}.rec"
-    # The key goes by a file the plugin reads and deletes: a process's initial environment
-    # stays readable in /proc/self/environ whatever it unsets later.
-    sandbox.write_file(f"{folder}/{name}.key", key.encode())
+    folder = f"{work_dir}/verdict"
     root = sandbox.workdir.rstrip("/")
-    plugin_dir = f"{root}/{folder}"
-    exports = "".join(
+    path, keyfile = f"{folder}/{name}.rec", f"{root}/{folder}/{name}.key"
+    plugin = base64.b64encode((Path(__file__).parent / "verdict_plugin.py").read_bytes()).decode()
+    exports = (
+        f"mkdir -p {root}/{folder} && printf %s {plugin} | base64 -d > "
+        f"{root}/{folder}/{PLUGIN_MODULE}.py && (umask 077; printf %s {key} > {keyfile}); "
+    )
+    exports += "".join(
         f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
         for v in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH")
     )
+    # The key goes by a file the plugin reads and deletes: a process's initial environment
+    # stays readable in /proc/self/environ whatever it unsets later.
     exports += (
-        f"export SWE_GYM_VERDICT_KEYFILE={shlex.quote(f'{root}/{folder}/{name}.key')} "
+        f"export SWE_GYM_VERDICT_KEYFILE={shlex.quote(keyfile)} "
         f"SWE_GYM_VERDICT_PATH={shlex.quote(f'{root}/{path}')} "
         f"SWE_GYM_VERDICT_PLUGINS={shlex.quote(json.dumps(env.plugins))} "
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
         f'PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}" '
-        f'PYTHONPATH={shlex.quote(plugin_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"; '
+        f'PYTHONPATH={shlex.quote(f"{root}/{folder}")}"${{PYTHONPATH:+:$PYTHONPATH}}"; '
     )
     return Channel(path, key, exports)
 
