@@ -54,9 +54,11 @@ from swe_gym.testrun import (
     LOG_LIMIT,
     TestRun,
     env_prefix,
+    log_parser_choice,
     log_parser_name,
     run_tests,
     test_command,
+    test_command_choice,
 )
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ class GradingReport:
     mismatch: list[str] = field(default_factory=list)  # logged as passing, not so recorded
     suspect: list[str] = field(default_factory=list)  # swe_gym.forgery findings
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
+    parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
+    test_cmd: str = ""  # the test command and where it came from
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,7 +170,9 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         report.reason, report.log_tail = "test_patch_failed", test_log[-4000:]
         _finish(report, task, {})
         return
-    parser = log_parser_name(task)
+    parser, parser_source = log_parser_choice(task)
+    cmd, cmd_source = test_command_choice(task)
+    report.parser, report.test_cmd = f"{parser} ({parser_source})", f"{cmd} ({cmd_source})"
     use_channel = parser in verdict.PYTEST_PARSERS and (task.install_config or {}).get(
         "verdict_channel", True
     )
