@@ -2,7 +2,10 @@
 
 Order: the bundled SWEStarter repositories (``swe_gym.starter.repo_path``), then
 ``repos_dir`` (argument, else the ``SWE_GYM_REPOS`` environment variable) holding clones named
-``<owner>__<name>`` (bare or not; ``<owner>__<name>.git`` also accepted). Nothing is fetched.
+``<owner>__<name>`` (bare or not; ``<owner>__<name>.git`` also accepted), then the toolkit
+cache's ``synth_repos`` folder (where ``swe_gym.synth`` writes derived repositories by
+default). A row's own ``repos_dir`` field serves when the sandbox is given none. Nothing is
+fetched.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from swe_gym.errors import SandboxUnavailable
 
 REPOS_ENV = "SWE_GYM_REPOS"
+SYNTH_REPOS = "synth_repos"  # under the toolkit cache: swe_gym.synth's default output
 
 
 def repo_dir_name(repo: str) -> str:
@@ -42,13 +46,19 @@ def local_repo(repo: str, repos_dir: str | os.PathLike | None = None) -> Path:
 
     base = repos_dir if repos_dir is not None else os.environ.get(REPOS_ENV)
     looked: list[str] = []
-    if base:
-        root = Path(base).expanduser()
+    # Then the folder `python -m swe_gym.synth` writes derived repositories to by default.
+    for root in [Path(base).expanduser()] if base else []:
         for name in (repo_dir_name(repo), repo_dir_name(repo) + ".git"):
             candidate = root / name
             looked.append(str(candidate))
             if candidate.is_dir() and _is_git_repo(candidate):
                 return candidate.resolve()
+    from swe_gym.paths import cache_root
+
+    synth = cache_root() / SYNTH_REPOS / repo_dir_name(repo)
+    if synth.is_dir() and _is_git_repo(synth):
+        return synth.resolve()
+    looked.append(str(synth))
     where = (
         f"looked in {', '.join(looked)}" if looked else f"no repos_dir given and ${REPOS_ENV} unset"
     )

@@ -128,7 +128,8 @@ class DockerSandbox(DockerFiles):
         self.command_timeout = command_timeout
         self.output_limit = output_limit
         self.build = build
-        self.repos_dir = repos_dir  # where a local build finds the repository (swe_gym.repos)
+        # where a local build finds the repository (swe_gym.repos); a row may name its own
+        self.repos_dir = repos_dir if repos_dir is not None else task.extra.get("repos_dir")
         self.max_patch_bytes, self.max_tree_bytes = max_patch_bytes, max_tree_bytes
         self.diff_timeout = diff_timeout
         self.run_id = run_id or DEFAULT_RUN_ID

@@ -76,7 +76,8 @@ class LocalSandbox:
 
     Args:
         task: the task (``repo`` and ``base_commit`` are used).
-        repos_dir: where clones named ``<owner>__<name>`` live (see ``swe_gym.repos``).
+        repos_dir: where clones named ``<owner>__<name>`` live (see ``swe_gym.repos``);
+            default: the row's own ``repos_dir`` field (rows ``swe_gym.synth`` writes carry it).
         allow_unsandboxed: run a bare bash on the host when bubblewrap is missing (warns).
         memory_mb: address-space limit per process (``RLIMIT_AS``).
         max_procs: process/thread limit (``RLIMIT_NPROC``).
@@ -125,7 +126,7 @@ class LocalSandbox:
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.task = task
-        self.repos_dir = repos_dir
+        self.repos_dir = repos_dir if repos_dir is not None else task.extra.get("repos_dir")
         self.allow_unsandboxed = allow_unsandboxed
         self.memory_mb, self.max_procs, self.file_size_mb = memory_mb, max_procs, file_size_mb
         self.tmp_size_mb = tmp_size_mb

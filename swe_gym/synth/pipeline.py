@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from swe_gym.paths import cache_root
-from swe_gym.repos import REPOS_ENV, repo_dir_name
+from swe_gym.repos import REPOS_ENV, SYNTH_REPOS, repo_dir_name
 from swe_gym.synth.derived import DerivedRepo, list_files, read_tree_files
 from swe_gym.synth.issue import Rewrite, issue_text
 from swe_gym.synth.operators import Mutation, mutations_of
@@ -42,7 +42,7 @@ _TEST_DIRS = {"test", "tests", "testing", "docs", "doc", "examples", "benchmarks
 
 
 def default_repos_dir() -> Path:
-    return Path(os.environ.get(REPOS_ENV) or cache_root() / "synth_repos")
+    return Path(os.environ.get(REPOS_ENV) or cache_root() / SYNTH_REPOS)
 
 
 @dataclass
@@ -188,6 +188,7 @@ def make_row(
         "FAIL_TO_PASS": out.fail_to_pass,
         "PASS_TO_PASS": out.pass_to_pass,
         "version": "synth",
+        "repos_dir": str(cfg.repos_dir),  # gym.make finds the derived repository with no option
         "environment_setup_commit": head,
         "created_at": "",
         "install_config": {"test_cmd": cfg.test_cmd, "log_parser": "parse_log_pytest"},
