@@ -8,7 +8,10 @@ is the gateway: HTTP, JSON, request checks, the session's prefix check (text ren
 history) and the delta ids. Rows: the engine alone, ``SessionRecorder.complete`` in-process
 (bookkeeping without HTTP), the round trip with a plain ``httpx`` client (the overhead figure),
 and with the ``openai`` client (which adds its own request building, a few ms at 10 turns).
-Each session runs ``--turns`` turns, so the history grows like an agent's.
+Each session runs ``--turns`` turns, so the history grows like an agent's. Then sessions per
+second: ``--sessions`` from ``--threads`` client threads (popped in-process), 32 at once
+fetched and deleted over HTTP (``/v1/sessions/{id}``), and 32 conversations at once under one
+API key with no session header (each must get its own session, with no prefix failure).
 Writes benchmarks/results/bench_gateway.json.
 """
 
@@ -115,14 +118,49 @@ def measure(tokenizer, requests: int, turns: int, sessions: int, threads: int) -
             episode(http_call, f"p{i}")
             gateway.pop_session(f"p{i}")
 
-    t0 = time.perf_counter()
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = _run_threads(worker, threads)
     failures = gateway.prefix_failures
+
+    # The same through HTTP only, as an agent in its own process is trained: 32 sessions at
+    # once, each fetched and deleted over HTTP (GET/DELETE /v1/sessions/{id}).
+    fetch_todo = list(range(32))
+    fetched: list[int] = []
+
+    def http_worker() -> None:
+        while True:
+            with lock:
+                if not fetch_todo:
+                    return
+                i = fetch_todo.pop()
+            episode(raw_call, f"f{i}")
+            body = raw.delete(f"{url}/sessions/f{i}").json()
+            with lock:
+                fetched.append(len(body["turns"]))
+
+    http_wall = _run_threads(http_worker, 32)
+
+    # 32 conversations at once under ONE API key and no session header: the gateway gives each
+    # its own session (split by history) instead of queueing them into one.
+    before = gateway.prefix_failures
+    shared = openai.OpenAI(base_url=url, api_key="one-shared-key", max_retries=0)
+
+    def shared_call(_sid: str, messages: list) -> str:
+        response = shared.chat.completions.create(model="instant", messages=messages, max_tokens=8)
+        return response.choices[0].message.content
+
+    shared_todo = list(range(32))
+
+    def shared_worker() -> None:
+        while True:
+            with lock:
+                if not shared_todo:
+                    return
+                shared_todo.pop()
+            episode(shared_call, "")
+
+    shared_wall = _run_threads(shared_worker, 32)
+    shared_sessions = sum(1 for s in gateway.session_ids() if s.startswith("key-"))
+    shared_failures = gateway.prefix_failures - before
     gateway.close()
     raw.close()
     overhead = _median_ms(raw_s) - _median_ms(engine_s)
@@ -140,7 +178,26 @@ def measure(tokenizer, requests: int, turns: int, sessions: int, threads: int) -
         "sessions_per_s": round(sessions / wall, 1),
         "requests_per_s": round(sessions * turns / wall, 1),
         "prefix_failures": failures,
+        "http_fetch_sessions": len(fetched),
+        "http_fetch_sessions_per_s": round(len(fetched) / http_wall, 1),
+        "http_fetch_requests_per_s": round(len(fetched) * turns / http_wall, 1),
+        "http_fetch_turns_recorded": sum(fetched),
+        "shared_key_conversations": 32,
+        "shared_key_sessions": shared_sessions,
+        "shared_key_sessions_per_s": round(32 / shared_wall, 1),
+        "shared_key_prefix_failures": shared_failures,
     }
+
+
+def _run_threads(target, n: int) -> float:
+    """Wall seconds of ``n`` threads running ``target`` to the end."""
+    t0 = time.perf_counter()
+    pool = [threading.Thread(target=target) for _ in range(n)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
