@@ -45,6 +45,14 @@ class TreeLayout:
                  kernel: str | None = None) -> None:
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"tree kernel must be one of {KERNELS}; got {kernel!r}")
+        # pieces tile the row in order; a continuation's prefix is one whole earlier piece
+        ends = [0] + [e for _, e, _, _ in pieces]
+        if [s for s, _, _, _ in pieces] != ends[:-1] or ends[-1] != length:
+            raise ValueError(f"tree pieces must tile the {length}-token row in order")
+        self._piece_at = {s: n for n, (s, _, _, _) in enumerate(pieces)}
+        for _, _, ps, pe in pieces:
+            if pe > ps and pieces[self._piece_at.get(ps, 0)][:2] != (ps, pe):
+                raise ValueError(f"a continuation's prefix [{ps}, {pe}) is not a piece")
         self.pieces = pieces
         self.length = length
         self.kernel = kernel
@@ -68,17 +76,21 @@ class TreeLayout:
             mask = self._dense_mask(query.device)
             return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout,
                                           scaling=scaling, is_causal=False)
+        # split, not slicing: a slice's backward writes a zero-filled full-row gradient per
+        # piece (O(pieces * L) per layer); split's backward is one concatenation
+        sizes = [e - s for s, e, _, _ in self.pieces]
+        qs, ks, vs = (torch.split(x, sizes, dim=2) for x in (query, key, value))
         outs = []
-        for s, e, ps, pe in self.pieces:
+        for n, (s, e, ps, pe) in enumerate(self.pieces):
             if pe == ps:  # a prefix or a plain sequence: causal on itself
-                out, _ = sdpa_attention_forward(
-                    module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None,
-                    dropout=dropout, scaling=scaling, is_causal=True)
+                out, _ = sdpa_attention_forward(module, qs[n], ks[n], vs[n], None,
+                                                dropout=dropout, scaling=scaling, is_causal=True)
             else:
-                k = torch.cat([key[:, :, ps:pe], key[:, :, s:e]], dim=2)
-                v = torch.cat([value[:, :, ps:pe], value[:, :, s:e]], dim=2)
+                j = self._piece_at[ps]
+                k = torch.cat([ks[j], ks[n]], dim=2)
+                v = torch.cat([vs[j], vs[n]], dim=2)
                 out, _ = sdpa_attention_forward(
-                    module, query[:, :, s:e], k, v, self._cont_mask(pe - ps, e - s, query.device),
+                    module, qs[n], k, v, self._cont_mask(pe - ps, e - s, query.device),
                     dropout=dropout, scaling=scaling, is_causal=False)
             outs.append(out)
         return torch.cat(outs, dim=1), None
