@@ -44,15 +44,16 @@ PROBES = ("greedy", "sample")
 @torch.no_grad()
 def greedy_match_rate(model: Any, trajectories: Sequence[Any], limit: int,
                       seed: int = 0) -> float:
-    """The share of up to ``limit`` valid turns (at random) whose reply is every token the
-    argmax of the model given the turn's context and the reply's tokens before it."""
-    turns = []
-    for k, traj in enumerate(trajectories):
-        for j, turn in enumerate(traj.turns):
-            if not turn.invalid_action and turn.completion_ids:
+    """The share of up to ``limit`` valid turns (those of trajectories taken at random) whose
+    reply is every token the argmax of the model given the turn's context and the reply's
+    tokens before it."""
+    order = list(range(len(trajectories)))
+    random.Random(seed).shuffle(order)
+    turns = []  # whole trajectories at random: one forward pass scores all of its turns
+    for k in order:
+        for j, turn in enumerate(trajectories[k].turns):
+            if not turn.invalid_action and turn.completion_ids and len(turns) < limit:
                 turns.append((k, j))
-    random.Random(seed).shuffle(turns)
-    turns = turns[:limit]
     if not turns:
         raise ValueError("greedy_match_rate needs at least one valid turn")
     was_training = model.training

@@ -1,16 +1,21 @@
 """The source work's curve in miniature: SmolLM2-135M base -> RFT -> DAPO on synthetic tasks.
 
-1. Tasks: ``swe_gym.synth`` (easy tier) on the bundled repositories, split with
-   ``swe_gym.synth.split`` so that no held-out task shares a function with a training task.
+1. Tasks: ``swe_gym.synth`` (the preset's tier: ``guided`` by default, ``easy`` in
+   ``swe_learning_easy.yaml``) on the bundled repositories, split with ``swe_gym.synth.split``
+   so that no held-out task shares a function with a training task.
 2. Base: ``python -m agents.evaluate`` on the held-out tasks (pass@1 over R runs, its s.e.), and
-   the model's own runs on the training tasks (its train resolve rate, and RFT's data).
+   the model's own runs on the training tasks (its train resolve rate, and RFT's data; none
+   when ``own.runs`` is 0).
 3. RFT (``python -m algos.rft --trajectories``, invalid actions masked) on the passing runs:
    the model's own, plus the oracle's where the own are fewer than ``own.min_resolved`` (a warm
-   start; the table says which and how many).
+   start; the table says which and how many); with the preset's ``probe_contexts`` and
+   ``format_patience`` it runs epochs until the format-valid rate stops rising.
 4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks.
-Each stage is evaluated on the held-out tasks. Prints a table, writes
-benchmarks/results/swe_learning.json and swe_learning.png (held-out pass@1 per stage and the
-RFT / DAPO curves). Task generation is resumable: a re-run with the same ``--work`` reuses it.
+Every stage is evaluated the same way on the held-out tasks, with the preset's ``env_kwargs``
+(e.g. ``prompt: compact``) in every stage. Prints a table (pass@1 ± s.e., resolved count,
+format-valid rate, tokens per trajectory and the shared prompt's share, wall time), writes
+benchmarks/results/swe_learning.json and swe_learning.png with paths relative to the
+repository. Every stage is resumable: a re-run with the same ``--work`` reuses what finished.
 
     python benchmarks/bench_swe_learning.py [--preset FILE] [--runs 3] [--dapo-iterations 2] ...
 """
@@ -19,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -31,18 +35,24 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere: the project's packages import
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, Path(__file__).resolve().parent):  # the packages and the report module import
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+from swe_learning_report import plot, rel, report, stage_stats  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 PRESET = ROOT / "algos" / "presets" / "swe_learning.yaml"
 ENV = "SWEStarter-v0"
+# the preset's env_kwargs that every stage shares -> agents.evaluate's flags for them
+EVAL_ENV_FLAGS = {"prompt": "--prompt", "max_observation_chars": "--max-observation-chars"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", type=Path, default=PRESET, help=f"configuration (default {PRESET})")
-    p.add_argument("--work", type=Path, default=ROOT / "runs" / "swe_learning",
-                   help="tasks, derived repositories, run directories (reused when re-run)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="tasks, derived repositories, run directories (reused when re-run; "
+                   "default runs/<preset name>)")
     p.add_argument("--out", type=Path, default=RESULTS / "swe_learning.json")
     p.add_argument("--repos", default=None, help="comma-separated bundled repositories")
     p.add_argument("--candidates", type=int, default=None, help="mutants tried per repository")
@@ -76,6 +86,8 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     for value, section, key in (
         (args.repos and args.repos.split(","), "synth", "repos"),
         (args.candidates, "synth", "max_candidates"),
+        (args.max_train, "synth", "max_train"),
+        (args.max_held_out, "synth", "max_held_out"),
         (args.runs, "eval", "runs"),
         (args.own_runs, "own", "runs"),
         (args.concurrency, "eval", "concurrency"),
@@ -88,6 +100,12 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if value is not None:
             cfg[section][key] = value
+    cfg.setdefault("env_kwargs", {})  # every stage's env options (e.g. prompt: compact)
+    cfg.setdefault("oracle", {})
+    unknown = set(cfg["env_kwargs"]) - set(EVAL_ENV_FLAGS)
+    if unknown:
+        raise SystemExit(f"--preset {args.preset}: env_kwargs {sorted(unknown)} cannot reach the "
+                         f"evaluations; accepted: {sorted(EVAL_ENV_FLAGS)}")
     if cfg["rft"].get("policy", "smollm2") == "tiny-random":  # no vLLM for a smoke run
         cfg["dapo"].update(engine="transformers", engine_dtype="float32", old_logprobs="auto")
     return cfg
@@ -103,6 +121,7 @@ class Runner:
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                 os.environ.get("PYTHONPATH")]))}
         self.progress = progress
+        self.walls: dict[str, float] = {}  # every stage's wall time, resumed ones included
 
     def __call__(self, name: str, *argv: str) -> float:
         """Run one stage; its wall time. A stage that finished before with the same command is
@@ -110,7 +129,8 @@ class Runner:
         done = self.logs / f"{name}.done.json"
         if done.exists() and _key(json.loads(done.read_text())["argv"]) == _key(argv):
             print(f"{name}: done before (see {done})", flush=True)
-            return float(json.loads(done.read_text())["wall_s"])
+            self.walls[name] = float(json.loads(done.read_text())["wall_s"])
+            return self.walls[name]
         t0 = time.perf_counter()
         log = self.logs / f"{name}.log"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: python {' '.join(argv)[:200]}", flush=True)
@@ -122,6 +142,7 @@ class Runner:
             raise SystemExit(f"stage {name} failed (exit {rc}); {log}:\n{tail}")
         wall = time.perf_counter() - t0
         done.write_text(json.dumps({"argv": list(argv), "wall_s": wall}), encoding="utf-8")
+        self.walls[name] = wall
         return wall
 
 
@@ -153,7 +174,7 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     train, held = work / "train.jsonl", work / "heldout.jsonl"
     run("split", "-m", "swe_gym.synth.split", str(all_path), "--held-out", str(syn["held_out"]),
         "--seed", str(syn.get("seed", 0)), "--train", str(train), "--test", str(held))
-    for path, cap in ((train, args.max_train), (held, args.max_held_out)):
+    for path, cap in ((train, syn.get("max_train")), (held, syn.get("max_held_out"))):
         if cap is not None:  # whole rows dropped: the split's function property still holds
             kept = path.read_text(encoding="utf-8").splitlines()[:cap]
             path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
@@ -183,16 +204,9 @@ def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: in
                "--max-context-tokens", str(ev["max_context_tokens"]),
                "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
                "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]),
-               "--seed", str(seed * 1000), "--no-progress")
-    return _summary(out, wall)
-
-
-def _summary(out: Path, wall: float) -> dict[str, Any]:
-    s = json.loads((out / "summary.json").read_text())
-    return {"pass@1": s["pass@1"], "stderr": s["pass@1_stderr"], "per_run": s["pass@1_per_run"],
-            "episodes": s["num_tasks"] * s["runs"], "wall_s": wall,
-            "resolved": sum(p["resolved"] for p in s["per_task"].values()),
-            "trajectories": str(out / "trajectories.jsonl")}
+               "--seed", str(seed * 1000), "--no-progress",
+               *[x for k, v in cfg["env_kwargs"].items() for x in (EVAL_ENV_FLAGS[k], str(v))])
+    return stage_stats(out, wall)
 
 
 def oracle_runs(cfg: dict, tasks: str, out: Path, repos_dir: Path) -> dict[str, Any]:
@@ -207,16 +221,17 @@ def oracle_runs(cfg: dict, tasks: str, out: Path, repos_dir: Path) -> dict[str, 
     from swe_gym.tasks import load_tasks
 
     if (out / "summary.json").exists() and (out / "wall_s").exists():
-        return _summary(out, float((out / "wall_s").read_text()))
+        return stage_stats(out, float((out / "wall_s").read_text()))
     os.environ["SWE_GYM_REPOS"] = str(repos_dir)
     ev = cfg["eval"]
     rows = load_tasks(tasks)
-    model = OracleModel(tasks=rows, tokenizer=AutoTokenizer.from_pretrained(cfg["_tokenizer"]))
+    model = OracleModel(tasks=rows, tokenizer=AutoTokenizer.from_pretrained(cfg["_tokenizer"]),
+                        explore=cfg["oracle"].get("explore", True))
     t0 = time.perf_counter()
     print(f"[{time.strftime('%H:%M:%S')}] oracle-runs: {len(rows)} tasks", flush=True)
     trajs, summary = run_eval(
         ENV, model, [t.instance_id for t in rows], 1,
-        env_kwargs={"tasks": tasks, "max_turns": ev["max_turns"]},
+        env_kwargs={**cfg["env_kwargs"], "tasks": tasks, "max_turns": ev["max_turns"]},
         agent_kwargs={"params": SamplingParams(max_new_tokens=ev["max_new_tokens"]),
                       "max_context_tokens": ev["max_context_tokens"]},
         concurrency=ev["concurrency"], progress_bar=False)
@@ -224,7 +239,7 @@ def oracle_runs(cfg: dict, tasks: str, out: Path, repos_dir: Path) -> dict[str, 
     Trajectory.save_jsonl(trajs, out / "trajectories.jsonl")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (out / "wall_s").write_text(str(time.perf_counter() - t0))
-    return _summary(out, time.perf_counter() - t0)
+    return stage_stats(out, time.perf_counter() - t0)
 
 
 def engine_spec(cfg: dict, folder: str) -> str:
@@ -244,7 +259,7 @@ def metrics(run_dir: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = load_config(args)
-    work = args.work.resolve()
+    work = (args.work or ROOT / "runs" / args.preset.stem).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run = Runner(work, work / "repos", not args.no_progress)
     t_start = time.perf_counter()
@@ -279,24 +294,33 @@ def main(argv: list[str] | None = None) -> int:
         return job
 
     base_job = held_out("eval-base", base_folder)
-    own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
-                   cfg["own"]["runs"], work / "own-runs", seed=1)
+    own = {"pass@1": None, "resolved": 0, "episodes": 0, "wall_s": 0.0}
+    traj_files = []
+    if cfg["own"]["runs"] > 0:
+        own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
+                       cfg["own"]["runs"], work / "own-runs", seed=1)
+        traj_files.append(str(work / "own-runs" / "trajectories.jsonl"))
     stages.append({"stage": "base", "train_resolve_rate": own["pass@1"], "episodes": 0})
 
     # (ii) RFT on passing runs: the model's own, plus the oracle's when those are too few
-    traj_files = own["trajectories"].split(",")
     data = {"own_resolved": own["resolved"], "own_episodes": own["episodes"], "oracle_resolved": 0}
     oracle = None
     if own["resolved"] < cfg["own"]["min_resolved"]:
         oracle = oracle_runs(cfg, tasks["train"], work / "oracle-runs", work / "repos")
-        traj_files.append(oracle["trajectories"])
+        traj_files.append(str(work / "oracle-runs" / "trajectories.jsonl"))
         data["oracle_resolved"] = oracle["resolved"]
-    data["source"] = "own" if oracle is None else "own + oracle (warm start)"
+        data["oracle_tokens_per_trajectory"] = oracle["tokens_per_trajectory"]
+        data["oracle_shared_prompt_share"] = oracle["shared_prompt_share"]
+    data["source"] = "own" if oracle is None else (
+        "own + oracle (warm start)" if cfg["own"]["runs"] else "oracle (warm start)")
     rft_dir = work / "rft"
     rft_wall = run("rft", "-m", "algos.rft", "--config",
                    write_config(cfg["rft"], work / "rft.yaml"), "--run-dir", str(rft_dir),
                    "--trajectories", ",".join(traj_files), "--progress", "false")
     rft_ckpt = str(rft_dir / "checkpoint")
+    rft_rows = metrics(rft_dir)
+    data["steps"] = max((r["step"] for r in rft_rows), default=0)
+    data["epochs_run"] = max((r["epoch"] for r in rft_rows), default=0)
     rft_job = held_out("eval-rft", rft_ckpt)
     rft_stage = {"stage": "RFT", "train_resolve_rate": None,
                  "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
@@ -307,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     # (iii) DAPO from the RFT checkpoint on the training tasks
     dapo_dir = work / "dapo"
     dapo_cfg = write_config(cfg["dapo"], work / "dapo.yaml", policy=rft_ckpt,
-                            env_kwargs={**cfg["dapo"].get("env_kwargs", {}),
+                            env_kwargs={**cfg["env_kwargs"], **cfg["dapo"].get("env_kwargs", {}),
                                         "tasks": tasks["train"]})
     dapo_wall = run("dapo", "-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(dapo_dir),
                     "--progress", "false")
@@ -324,77 +348,21 @@ def main(argv: list[str] | None = None) -> int:
                    "train_resolve_rate": rates[-1] if rates else None,
                    "episodes": int(sum(r.get("episodes", 0) for r in rows)), "wall_s": dapo_wall})
 
-    result = report(cfg, tasks, stages, rows, time.perf_counter() - t_start)
+    for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
+        s["eval_wall_s"] = s["held_out"]["wall_s"]
+    tasks = {**tasks, "train": rel(tasks["train"]), "held_out": rel(tasks["held_out"])}
+    result = report(cfg, tasks, stages, rft_rows, rows, time.perf_counter() - t_start)
+    result["work"] = rel(work)
+    # the sum of the stages' own wall times: the benchmark's cost even when a re-run resumed
+    result["stage_wall_s"] = {**run.walls, **({"oracle-runs": oracle["wall_s"]} if oracle else {})}
+    result["wall_s_stages_sum"] = sum(result["stage_wall_s"].values())
+    print(f"stages' wall time, summed: {result['wall_s_stages_sum'] / 60:.1f} min "
+          f"(this invocation: {result['wall_s'] / 60:.1f} min)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    png = plot(result, rft_dir, dapo_dir, args.out.with_suffix(".png"))
+    png = plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {png}")
     return 0
-
-
-def _gain(a: dict, b: dict) -> dict[str, Any]:
-    diff = b["pass@1"] - a["pass@1"]
-    se = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
-    return {"gain": diff, "stderr": se, "above_2se": bool(diff > 2 * se and diff > 0)}
-
-
-def report(cfg: dict, tasks: dict, stages: list[dict], dapo_rows: list[dict],
-           wall: float) -> dict[str, Any]:
-    head = ("stage", "held-out pass@1", "train resolve", "episodes", "wall")
-    lines = [head]
-    for s in stages:
-        h = s["held_out"]
-        tr = s["train_resolve_rate"]
-        lines.append((s["stage"], f"{h['pass@1']:.3f} ± {h['stderr']:.3f}",
-                      "-" if tr is None else f"{tr:.3f}", str(s["episodes"]),
-                      f"{s['wall_s'] / 60:.1f} min"))
-    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    for r in lines:
-        print("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)))
-    gains = {"rft_vs_base": _gain(stages[0]["held_out"], stages[1]["held_out"]),
-             "dapo_vs_rft": _gain(stages[1]["held_out"], stages[2]["held_out"])}
-    d = stages[1]["data"]
-    print(f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
-          + (f", {d['oracle_resolved']} oracle runs" if d["oracle_resolved"] else ""))
-    for k, g in gains.items():
-        print(f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
-              f"{'above' if g['above_2se'] else 'not above'} two standard errors")
-    print("wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "
-          "+ SFT; DAPO: its run); episodes: training episodes rolled out by the stage")
-    print(f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
-          f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min")
-    return {"config": {k: v for k, v in cfg.items() if not k.startswith("_")}, "tasks": tasks,
-            "stages": stages, "gains": gains, "dapo_metrics": dapo_rows, "wall_s": wall}
-
-
-def plot(result: dict, rft_dir: Path, dapo_dir: Path, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
-    st = result["stages"]
-    axes[0].errorbar(range(len(st)), [s["held_out"]["pass@1"] for s in st],
-                     yerr=[2 * s["held_out"]["stderr"] for s in st], marker="o", capsize=4)
-    axes[0].set_xticks(range(len(st)), [s["stage"] for s in st])
-    axes[0].set_title("held-out pass@1 (± 2 s.e.)", fontsize=9)
-    rft = metrics(rft_dir)
-    axes[1].plot([r["step"] for r in rft], [r.get("nll") for r in rft], marker="o")
-    axes[1].set_title("RFT NLL per step", fontsize=9)
-    dapo = metrics(dapo_dir)
-    for key in ("reward_mean", "resolved_rate"):
-        pts = [(r["iteration"], r[key]) for r in dapo if isinstance(r.get(key), int | float)]
-        if pts:
-            axes[2].plot(*zip(*pts, strict=True), marker="o", label=key)
-    axes[2].set_title("DAPO per iteration (training tasks)", fontsize=9)
-    axes[2].legend(fontsize=8)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""benchmarks/bench_swe_learning.py end to end at a toy size: a tiny random policy, two easy
+"""benchmarks/bench_swe_learning.py end to end at a toy size: a tiny random policy, a few guided
 tasks of one bundled repository, one run per stage. It checks the plumbing a user relies on
 (tasks, split, base -> RFT -> DAPO through the real entry points, the table, JSON and PNG),
 not a learning result: that is the benchmark's job at full size."""
@@ -54,13 +54,22 @@ def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [s["stage"] for s in result["stages"]] == ["base", "RFT", "DAPO"]
     tasks = result["tasks"]
     assert tasks["n_train"] >= 1 and tasks["n_held_out"] >= 1
-    train = [json.loads(x) for x in Path(tasks["train"]).read_text().splitlines()]
-    held = [json.loads(x) for x in Path(tasks["held_out"]).read_text().splitlines()]
+    # paths in the saved result are relative (here, outside the repository: names only)
+    assert str(tmp_path) not in out.read_text()
+    work = tmp_path / "work"
+    train = [json.loads(x) for x in (work / tasks["train"]).read_text().splitlines()]
+    held = [json.loads(x) for x in (work / tasks["held_out"]).read_text().splitlines()]
+    assert {r["meta"]["tier"] for r in train + held} == {"guided"}  # the default preset's tier
     assert not {r["meta"]["function"] for r in train} & {r["meta"]["function"] for r in held}
     # A random policy solves nothing: RFT must have warmed up on the oracle's passing runs.
     data = result["stages"][1]["data"]
     assert data["source"] == "own + oracle (warm start)" and data["oracle_resolved"] >= 1
     for s in result["stages"]:
-        assert 0.0 <= s["held_out"]["pass@1"] <= 1.0 and s["held_out"]["episodes"] >= 1
+        h = s["held_out"]
+        assert 0.0 <= h["pass@1"] <= 1.0 and h["episodes"] >= 1
+        assert 0.0 <= h["format_valid_rate"] <= 1.0 and h["tokens_per_trajectory"] > 0
+        assert 0.0 < h["shared_prompt_share"] < 1.0
+    # the format probe ran before RFT's first epoch and after it
+    assert [r["epoch"] for r in result["rft_metrics"] if "format_valid" in r] == [0, 1]
     assert "two standard errors" in capsys.readouterr().out
     assert out.with_suffix(".png").stat().st_size > 0
