@@ -1,0 +1,127 @@
+"""A real third-party harness through ``--agent``: mini-swe-agent's ``DefaultAgent``
+(examples/mini_swe_agent.py) plays SWEStarter episodes through the gateway; the env grades
+them and every recorded turn becomes training tokens."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("minisweagent")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from agents.models import OracleModel, ScriptedModel  # noqa: E402
+from agents.protocols import SamplingParams  # noqa: E402
+from algos.agent_rollouts import run_agent_rollouts  # noqa: E402
+from algos.scoring import Counters, Scored, to_samples  # noqa: E402
+
+AGENT = "examples.mini_swe_agent:make_agent"
+TASK = "starter__tinystats-2"
+README = Path(__file__).resolve().parents[2] / "examples" / "README.md"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from agents.models.smollm2 import smollm2_tokenizer_path
+
+    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer_path()))
+
+
+def _spec(agent=AGENT):
+    return SimpleNamespace(
+        agent=agent, env="SWEStarter-v0", env_kwargs={"max_turns": 12, "command_timeout": 30},
+        concurrency=1, episode_timeout_s=300,
+        agent_kwargs={"params": SamplingParams(temperature=0.7, max_new_tokens=512),
+                      "max_context_tokens": 16384})
+
+
+def _trained(traj) -> tuple[list[int], Counters]:
+    """The token ids the learner trains on (loss mask 1), over all the episode's samples."""
+    counters = Counters()
+    samples = to_samples([Scored(traj, 0, traj.reward, advantage=1.0)], counters,
+                         max_tokens=16384, mask_invalid=True, overlong_filter=False)
+    ids = [i for s in samples for i, m in zip(s.input_ids, s.loss_mask, strict=True) if m]
+    return ids, counters
+
+
+def _recorded(traj) -> list[int]:
+    return [i for turn in traj.turns for i in turn.completion_ids]
+
+
+def test_mini_swe_agent_resolves_a_starter_task_and_every_turn_trains(tokenizer):
+    """The oracle as the policy engine, mini-swe-agent's own prompts and loop: its commands
+    are the env's actions, the oracle's ``submit`` submits, the env resolves the task."""
+    (traj,) = run_agent_rollouts(_spec(), OracleModel(tokenizer=tokenizer), [TASK], 1, 0)
+    assert traj.finish_reason == "submitted", traj.error
+    assert traj.resolved and traj.reward == 1.0 and traj.patch.startswith("diff --git")
+    assert traj.token_exact and traj.num_turns == 5 and traj.agent["program"] == AGENT
+    assert traj.agent["segment_starts"] == [0] and traj.agent["prefix_failures"] == 0
+    assert "mswea_bash_command" in tokenizer.decode(traj.turns[0].prompt_delta_ids)  # its prompts
+    trained, counters = _trained(traj)
+    assert trained == _recorded(traj) and counters.segments == 1  # 5 of 5 turns trained
+
+
+def test_an_early_quit_submits_and_every_segment_trains(tokenizer):
+    """One command in mini-swe-agent's own fence, then replies with no command: each format
+    error rewrites the history (the reply is dropped, an error message added), so the gateway
+    records 3 segments; after 3 in a row the agent quits, the adapter submits, the env grades
+    (nothing fixed: reward 0) and all 4 recorded turns train."""
+    replies = ["Look first.\n```mswea_bash_command\nls tinystats\n```"] + ["I am done."] * 3
+    calls = []
+
+    def script(conversation):
+        calls.append(len(conversation.messages))
+        return replies[len(calls) - 1]
+
+    (traj,) = run_agent_rollouts(_spec(), ScriptedModel(script, tokenizer=tokenizer), [TASK], 1, 0)
+    assert traj.finish_reason == "submitted" and traj.error is None, traj.error
+    assert traj.reward == 0.0 and not traj.resolved
+    assert traj.num_turns == 4 and traj.agent["segment_starts"] == [0, 2, 3]
+    assert traj.agent["prefix_failures"] == 2
+    trained, counters = _trained(traj)
+    assert trained == _recorded(traj) and counters.segments == 3  # 4 of 4 turns trained
+
+
+def test_a_gateway_error_ends_the_episode_at_once(tokenizer, monkeypatch):
+    """A 400 of the gateway (here: the context limit) is not retried for minutes, as
+    mini-swe-agent's litellm models do: the episode ends, recorded as the trainer's error."""
+    spec = _spec()
+    spec.agent_kwargs["max_context_tokens"] = 64
+    (traj,) = run_agent_rollouts(spec, OracleModel(tokenizer=tokenizer), [TASK], 1, 0)
+    assert traj.finish_reason == "context_overflow" and traj.wall_s < 60, traj.error
+
+
+def _readme_command(word: str) -> list[str]:
+    """The command of examples/README.md that names ``word``, as argv (after ``python -m X``)."""
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    commands = [c.split("#")[0] for b in blocks for c in b.replace("\\\n", " ").splitlines()]
+    (command,) = [c for c in commands if word in c]
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "-m"], command
+    return argv[2:]
+
+
+@pytest.mark.slow
+def test_readme_rft_command_trains_on_mini_swe_agent_episodes(tmp_path: Path):
+    """examples/README.md's ``python -m algos.rft ... --agent examples.mini_swe_agent:...``, as
+    written (plus a run folder): the resolved episode is kept and trained on."""
+    from agents.trajectory import Trajectory
+    from algos import rft
+    from algos.run_io import read_metrics
+
+    module, *args = _readme_command("algos.rft --rollout-model oracle --tasks starter__tinystats-2")
+    assert module == "algos.rft" and AGENT in args
+    run = tmp_path / "run"
+    assert rft.main([*args, "--progress", "false", "--run-dir", str(run)]) == 0
+    (kept,) = Trajectory.load_jsonl(run / "rft_data.jsonl")
+    assert kept.resolved and kept.token_exact and kept.agent["program"] == AGENT
+    assert len(read_metrics(run)) >= 1
+
