@@ -38,6 +38,16 @@ def pick_kernel(query: torch.Tensor) -> str:
     return "pieces"
 
 
+def _sdpa(q, k, v, mask, dropout: float, scaling: float | None) -> torch.Tensor:
+    """SDPA ``[1, H, n, D]`` -> ``[1, n, H, D]``; causal without a mask. Grouped-query heads
+    go to the kernel as they are (``enable_gqa``): repeating the K/V heads would copy every
+    continuation's prefix keys H/Hkv times and keep the copies for backward."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=mask is None,
+        enable_gqa=q.shape[1] != k.shape[1])
+    return out.transpose(1, 2)
+
+
 class TreeLayout:
     """Host-side piece table of one tree row plus per-device caches (masks, block masks)."""
 
@@ -83,16 +93,13 @@ class TreeLayout:
         outs = []
         for n, (s, e, ps, pe) in enumerate(self.pieces):
             if pe == ps:  # a prefix or a plain sequence: causal on itself
-                out, _ = sdpa_attention_forward(module, qs[n], ks[n], vs[n], None,
-                                                dropout=dropout, scaling=scaling, is_causal=True)
+                outs.append(_sdpa(qs[n], ks[n], vs[n], None, dropout, scaling))
             else:
                 j = self._piece_at[ps]
                 k = torch.cat([ks[j], ks[n]], dim=2)
                 v = torch.cat([vs[j], vs[n]], dim=2)
-                out, _ = sdpa_attention_forward(
-                    module, qs[n], k, v, self._cont_mask(pe - ps, e - s, query.device),
-                    dropout=dropout, scaling=scaling, is_causal=False)
-            outs.append(out)
+                mask = self._cont_mask(pe - ps, e - s, query.device)
+                outs.append(_sdpa(qs[n], k, v, mask, dropout, scaling))
         return torch.cat(outs, dim=1), None
 
     def _cont_mask(self, p: int, c: int, device: torch.device) -> torch.Tensor:

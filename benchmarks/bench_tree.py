@@ -93,6 +93,34 @@ def child(spec: dict) -> dict:
             "tree_active": learner.trees, "torch_threads": torch.get_num_threads()}
 
 
+def attention_kernels(g: int, prefix: int, lo: int, hi: int, repeats: int = 3) -> dict:
+    """One layer's tree attention at SmolLM2-135M's shape (9 query heads, 3 KV heads, head
+    dim 64), forward + backward: the CPU kernels side by side (median seconds)."""
+    import torch
+
+    from algos.tree import pack_trees
+    from algos.tree_attention import TreeLayout
+
+    mb = pack_trees(make_group(g, prefix, lo, hi, 1000, seed=1000 * g + prefix), 10**9)[0]
+    length = mb.input_ids.shape[1]
+    mod = torch.nn.Module()
+    mod.num_key_value_groups, mod.is_causal = 3, True
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 9, length, 64, generator=gen, requires_grad=True)
+    k = torch.randn(1, 3, length, 64, generator=gen, requires_grad=True)
+    v = torch.randn(1, 3, length, 64, generator=gen, requires_grad=True)
+    out = {}
+    for kernel in ("pieces", "dense"):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            o, _ = TreeLayout(mb.pieces, length, kernel).attend(mod, q, k, v, scaling=0.125)
+            o.sum().backward()
+            times.append(time.perf_counter() - t0)
+        out[kernel] = statistics.median(times)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--groups", default="4,8", help="G values, comma-separated")
@@ -105,8 +133,17 @@ def main() -> None:
     ap.add_argument("--layouts", default="plain,shared", help="which layouts to run")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows already in --out (other shapes, other layouts)")
+    ap.add_argument("--attention", action="store_true",
+                    help="only time one layer's tree attention: CPU kernels pieces vs dense")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.attention:
+        for prefix in [int(x) for x in args.prefixes.split(",")]:
+            for g in [int(x) for x in args.groups.split(",")]:
+                t = attention_kernels(g, prefix, args.cont_min, args.cont_max)
+                print(f"G={g} prefix={prefix}: pieces {t['pieces'] * 1e3:.0f} ms, dense "
+                      f"{t['dense'] * 1e3:.0f} ms (fwd+bwd, one layer)", flush=True)
+        return
     if args.child:
         print("RESULT " + json.dumps(child(json.loads(args.child))), flush=True)
         return
