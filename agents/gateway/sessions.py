@@ -117,6 +117,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     busy: bool = False  # a request is routed to it (set and read under the recorder's lock)
     pinned: bool = False  # opened by its owner (open_session): every request of its key is its
+    routed: bool = False  # made by route() for a request: forgotten if that request fails
 
 
 class SessionRecorder:
@@ -277,6 +278,7 @@ class SessionRecorder:
                 while sid in self._sessions:
                     sid += "~"
                 pick = self._new_session(sid)
+                pick.routed = True
             pick.busy = True  # released when its turn is recorded (complete_turn)
             return pick.session_id
 
@@ -298,6 +300,8 @@ class SessionRecorder:
                 session = self._sessions.get(session_id)
                 if session is not None:
                     session.busy = False
+                    if session.routed and not session.trajectory.turns:  # the request failed
+                        del self._sessions[session_id]
 
     def _complete_turn(
         self,
