@@ -13,6 +13,13 @@ second: ``--sessions`` from ``--threads`` client threads (popped in-process), 32
 fetched and deleted over HTTP (``/v1/sessions/{id}``), and 32 conversations at once under one
 API key with no session header (each must get its own session, with no prefix failure).
 Writes benchmarks/results/bench_gateway.json.
+
+    python benchmarks/bench_gateway.py --mini-swe-agent 1 [--max-new-tokens 64]   # ~7 min on a shared 2-core CPU
+
+instead measures the fraction of recorded turns trained for mini-swe-agent
+(examples/mini_swe_agent.py) + SmolLM2 on a starter task: each format error of the harness
+rewrites the history and starts a segment; before, training kept the first segment only, now
+every segment. Merged into the same JSON under ``mini_swe_agent_smollm2``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -200,13 +208,62 @@ def _run_threads(target, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def mini_swe_agent_turns_trained(episodes: int, max_new_tokens: int, max_turns: int = 4,
+                                 task: str = "starter__tinystats-2") -> dict:
+    """mini-swe-agent + SmolLM2 (sampling) through the gateway: recorded turns, and the turns
+    trained with the first segment only (before) and with every segment (now)."""
+    from types import SimpleNamespace
+
+    from agents.models import load_model
+    from algos.agent_rollouts import run_agent_rollouts
+    from algos.scoring import Counters, segments, to_sample
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ importable
+
+    spec = SimpleNamespace(
+        agent="examples.mini_swe_agent:make_agent", env="SWEStarter-v0",
+        env_kwargs={"max_turns": max_turns, "command_timeout": 30}, concurrency=1,
+        episode_timeout_s=None,
+        agent_kwargs={"params": SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens),
+                      "max_context_tokens": 8192})
+    t0 = time.perf_counter()
+    trajs = run_agent_rollouts(spec, load_model("smollm2"), [task], episodes, 0)
+    recorded = before = after = segs = 0
+    for traj in trajs:
+        parts = segments(traj)
+        trained = [p for p in parts if to_sample(p, 1.0, 1 << 20, True, Counters(), "x")]
+        recorded += len(traj.turns)
+        before += len(parts[0].turns) if any(p is parts[0] for p in trained) else 0
+        after += sum(len(p.turns) for p in trained)
+        segs += len(parts)
+    return {"task": task, "episodes": len(trajs), "max_new_tokens": max_new_tokens,
+            "env_max_turns": max_turns,
+            "finish_reasons": sorted(t.finish_reason for t in trajs),
+            "recorded_turns": recorded, "segments": segs,
+            "turns_trained_before": before, "turns_trained_now": after,
+            "fraction_trained_before": round(before / max(recorded, 1), 3),
+            "fraction_trained_now": round(after / max(recorded, 1), 3),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="EPISODES",
+                        help="measure the turns trained for mini-swe-agent + SmolLM2 instead")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args()
+    out = Path(__file__).parent / "results" / "bench_gateway.json"
+    if args.mini_swe_agent:
+        turns = mini_swe_agent_turns_trained(args.mini_swe_agent, args.max_new_tokens)
+        print(json.dumps(turns, indent=2))
+        result = json.loads(out.read_text()) if out.exists() else {}
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({**result, "mini_swe_agent_smollm2": turns}, indent=2) + "\n")
+        return
     from transformers import AutoTokenizer
 
     from agents.models.smollm2 import smollm2_tokenizer_path
@@ -217,7 +274,6 @@ def main() -> None:
         print(f"{key:>22}: {value}")
     verdict = "OK" if result["overhead_median_ms"] <= TARGET_MS else "ABOVE TARGET"
     print(f"overhead {result['overhead_median_ms']} ms median (target {TARGET_MS} ms): {verdict}")
-    out = Path(__file__).parent / "results" / "bench_gateway.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
 
