@@ -90,7 +90,15 @@ def child(spec: dict) -> dict:
             "cpu_s": statistics.median(cpu), "peak_bytes": peak,
             "tokens_computed": metrics["tokens_computed"], "tokens_plain": metrics["tokens_plain"],
             "micro_batches": metrics["micro_batches"], "loss": metrics["loss"],
-            "tree_active": learner.trees, "torch_threads": torch.get_num_threads()}
+            "tree_active": learner.trees, "torch_threads": torch.get_num_threads(),
+            "commit": _commit()}
+
+
+def _commit() -> str:
+    """The code a row was measured with (rows accumulate across runs)."""
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
 
 
 def attention_kernels(g: int, prefix: int, lo: int, hi: int, repeats: int = 3) -> dict:
@@ -172,9 +180,11 @@ def main() -> None:
                 row["cpu_speedup"] = row["plain"]["cpu_s"] / row["shared"]["cpu_s"]
                 row["memory_ratio"] = (row["plain"]["peak_bytes"]
                                        / max(1, row["shared"]["peak_bytes"]))
-            _write(args, sorted(rows.values(), key=lambda r: (r["prefix"], r["g"])))
+            if layouts:
+                _write(args, sorted(rows.values(), key=lambda r: (r["prefix"], r["g"])))
     print_table(sorted(rows.values(), key=lambda r: (r["prefix"], r["g"])))
-    print(f"wrote {args.out}")
+    if layouts:
+        print(f"wrote {args.out}")
 
 
 def _write(args, rows: list[dict]) -> None:
@@ -182,6 +192,8 @@ def _write(args, rows: list[dict]) -> None:
     meta = {"model": "SmolLM2-135M-Instruct (float32, CPU)", "loss": "dapo",
             "cont_tokens": [args.cont_min, args.cont_max], "steps": args.steps,
             "micro_batch_tokens": args.budget}
+    if args.merge and args.out.exists():  # hand-written notes on earlier rows stay
+        meta["notes"] = json.loads(args.out.read_text())["meta"].get("notes", [])
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
 
 
