@@ -55,7 +55,7 @@ def test_guided_issue_states_where_and_the_exact_change():
 
 
 @pytest.mark.slow
-def test_guided_tasks_are_solved_by_copying_the_issue(tmp_path: Path):
+def test_guided_tasks_are_solved_by_copying_the_issue(tmp_path: Path, monkeypatch):
     from agents.models import OracleModel
     from agents.react import ReActAgent, run_episode
 
@@ -63,6 +63,8 @@ def test_guided_tasks_are_solved_by_copying_the_issue(tmp_path: Path):
     summary = synthesize(cfg, log=lambda _: None)
     tasks = load_tasks(cfg.out)
     assert len(tasks) >= 2, summary
+    # the oracle reads the base file (to check the quoted text is unique) from the derived repo
+    monkeypatch.setenv("SWE_GYM_REPOS", str(cfg.repos_dir))
     for task in tasks:
         assert task.meta["tier"] == "guided" and task.meta["lines_changed"] == 2
         # the gold patch (buggy -> clean) turns the line the issue quotes into the one it asks for
