@@ -9,7 +9,6 @@ local backend; the conftest and addopts hacks on Docker too.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import uuid
 
@@ -17,6 +16,7 @@ import pytest
 
 from swe_gym.grading import grade_patch
 from swe_gym.repos import local_repo
+from tests.security.patching import patch_maker
 
 RUN_ID = f"pytest-grading-tamper-{uuid.uuid4().hex[:8]}"  # each grading closes its container
 # A conftest (or plugin) that reports every test as passed.
@@ -43,37 +43,7 @@ def fast_task(task):
 def make_patch(task, tmp_path_factory):
     """``make_patch({path: text | None | ("link", target)})`` -> a git diff from the
     task's base commit (None deletes; ``("link", target)`` makes a symlink)."""
-    wt = tmp_path_factory.mktemp("tamper") / "wt"
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(wt.parent)}
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=wt, env=env, check=True, capture_output=True, text=True
-        ).stdout
-
-    subprocess.run(
-        ["git", "clone", "-q", "--no-checkout", str(local_repo(task.repo)), str(wt)], check=True
-    )
-    git("checkout", "-q", task.base_commit)
-
-    def make(edits: dict) -> str:
-        for path, value in edits.items():
-            p = wt / path
-            if value is None or isinstance(value, tuple):
-                subprocess.run(["rm", "-rf", str(p)], check=True)
-            if isinstance(value, tuple):
-                p.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(value[1], p)
-            elif value is not None:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(value)
-        git("add", "-A", "-f")
-        out = git("diff", "--cached", "--binary", task.base_commit)
-        git("reset", "-q", "--hard", task.base_commit)
-        git("clean", "-qfdx")
-        return out
-
-    return make
+    return patch_maker(task, tmp_path_factory.mktemp("tamper"))
 
 
 def _task_and_options(task, fast_task, backend, request) -> tuple:

@@ -10,15 +10,13 @@ and, where it applies, that a real fix beside the trick still resolves.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 
 import pytest
 
 from swe_gym.grading import grade_patch
-from swe_gym.repos import local_repo
 from swe_gym.starter import starter_tasks
+from tests.security.patching import patch_maker
 
 RUN_ID = f"pytest-verdict-forgery-{uuid.uuid4().hex[:8]}"
 INIT = "tinystats/__init__.py"
@@ -124,35 +122,13 @@ def task():
 
 @pytest.fixture(scope="module")
 def make_patch(task, tmp_path_factory):
-    """``make_patch({path: text | ("append", text) | ("fix",)})`` -> a diff from the base."""
-    wt = tmp_path_factory.mktemp("forgery") / "wt"
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(wt.parent)}
+    """``make_patch({path: text | ("append", text) | fix})`` -> a diff from the base."""
+    return patch_maker(task, tmp_path_factory.mktemp("forgery"))
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=wt, env=env, check=True, capture_output=True, text=True
-        ).stdout
 
-    subprocess.run(["git", "clone", "-q", str(local_repo(task.repo)), str(wt)], check=True)
-    git("checkout", "-q", task.base_commit)
-
-    def make(edits: dict) -> str:
-        for path, value in edits.items():
-            p = wt / path
-            p.parent.mkdir(parents=True, exist_ok=True)
-            if value == ("fix",):
-                p.write_text(p.read_text().replace(*FIX, 1))
-            elif isinstance(value, tuple):
-                p.write_text(p.read_text() + value[1])
-            else:
-                p.write_text(value)
-        git("add", "-A", "-f")
-        out = git("diff", "--cached", "--binary", task.base_commit)
-        git("reset", "-q", "--hard", task.base_commit)
-        git("clean", "-qfdx")
-        return out
-
-    return make
+def fix(text: str) -> str:
+    """The one-line fix of ``CODE`` (``pvariance`` has the same expression: replace once)."""
+    return text.replace(*FIX, 1)
 
 
 @pytest.fixture
@@ -264,13 +240,13 @@ def test_a_plugin_registered_through_package_metadata_is_not_loaded(make_patch, 
 def test_a_real_fix_beside_a_dropped_trick_still_resolves(make_patch, grade):
     # Applied, this configuration would collect nothing and fail the run.
     toml = '[pytest]\naddopts = ["-p", "no:python"]\n'
-    report = grade(make_patch({CODE: ("fix",), "pytest.toml": toml}))
+    report = grade(make_patch({CODE: fix, "pytest.toml": toml}))
     assert report.resolved, report.to_dict()
     assert report.dropped == ["pytest.toml"] and report.channel == "checked" and not report.suspect
 
 
 def test_an_honest_fix_is_checked_by_the_channel_and_not_suspect(make_patch, grade):
-    report = grade(make_patch({CODE: ("fix",)}))
+    report = grade(make_patch({CODE: fix}))
     assert report.resolved and report.channel == "checked" and report.mismatch == []
     assert report.suspect == [] and report.rule == "rl"
 
