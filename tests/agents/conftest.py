@@ -53,6 +53,19 @@ def tiny_tokenizer():
     )
 
 
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory, smollm2_tokenizer):
+    """A ``TransformersModel`` named ``tiny`` over a tiny random model with SmolLM2's tokenizer
+    (nothing downloaded); one per test module."""
+    from agents.models.smollm2 import tiny_random_model
+    from agents.models.transformers import TransformersModel
+
+    path = tiny_random_model(tmp_path_factory.mktemp("tiny"), smollm2_tokenizer)
+    model = TransformersModel(path, seed=0, name="tiny", batch_window_s=0.005)
+    yield model
+    model.close()
+
+
 @pytest.fixture
 def make_env():
     """``make_env(**overrides)``: a real SWEStarter-v0 env (bubblewrap sandbox); closed after."""

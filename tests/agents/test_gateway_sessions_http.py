@@ -22,14 +22,8 @@ from agents.trajectory import Trajectory  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory, smollm2_tokenizer):
-    from agents.models.smollm2 import tiny_random_model
-    from agents.models.transformers import TransformersModel
-
-    path = tiny_random_model(tmp_path_factory.mktemp("tiny"), smollm2_tokenizer)
-    model = TransformersModel(path, seed=0, name="tiny", batch_window_s=0.005)
-    yield model
-    model.close()
+def engine(tiny_engine):
+    return tiny_engine
 
 
 @pytest.fixture
