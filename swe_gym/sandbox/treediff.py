@@ -26,6 +26,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from swe_gym.errors import DiffError, SandboxError
 
@@ -125,11 +126,9 @@ def extract_archive(
     try:
         with tarfile.open(fileobj=stream, mode="r|", errorlevel=0) as tar:
             for m in tar:
-                parts = [p for p in m.name.split("/")[1:] if p not in ("", ".")]
-                if not parts or ".." in parts or m.name.startswith("/"):
+                parts = _member_parts(m.name)
+                if parts is None:
                     continue
-                if parts[0] == ".git":
-                    continue  # the agent's repository metadata: never read
                 if m.isfile():
                     total += m.size
                     if total > max_bytes:
@@ -145,44 +144,73 @@ def extract_archive(
     return total
 
 
-def _extract(tar: tarfile.TarFile, m: tarfile.TarInfo, root: int, parts: list[str]) -> None:
-    """One member, its parents opened from ``root`` without following links (a member
-    under a symlink is skipped)."""
+def _member_parts(name: str) -> list[str] | None:
+    """A member's path below the archive's top folder, or None to skip it: empty, absolute,
+    climbing with ``..``, or inside the agent's ``.git`` (repository metadata is never read)."""
+    parts = [p for p in name.split("/")[1:] if p not in ("", ".")]
+    if not parts or ".." in parts or name.startswith("/") or parts[0] == ".git":
+        return None
+    return parts
+
+
+@contextlib.contextmanager
+def _parent(root: int, dirs: list[str], create: bool) -> Iterator[int | None]:
+    """The fd of ``root/dirs...``, each folder opened from the one before without following a
+    link (made when ``create``); None when a link or a file is on the way (or, not creating,
+    anything is missing). The fds opened are closed after."""
     fds: list[int] = []
+    cur: int | None = root
     try:
-        cur = root
-        for name in parts[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=cur)
+        for name in dirs:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=cur)
             try:
                 cur = os.open(name, _DIR, dir_fd=cur)
             except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    return
-                raise
+                if create and e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                cur = None
+                break
             fds.append(cur)
-        name = parts[-1]
-        if m.isdir():
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=cur)
-            return
-        if not (m.isfile() or m.issym()):
-            if m.islnk():  # a hard link: its target was written before; copy it
-                _copy_link(tar, m, root, cur, name)
-            return  # devices, FIFOs: no content a patch can hold
-        _unlink(name, cur)
-        if m.issym():
-            os.symlink(m.linkname, name, dir_fd=cur)
-            return
-        mode = 0o755 if m.mode & 0o111 else 0o644
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=cur)
-        with os.fdopen(fd, "wb") as f:
-            src = tar.extractfile(m)
-            while src is not None and (chunk := src.read(1 << 20)):
-                f.write(chunk)
+        yield cur
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _extract(tar: tarfile.TarFile, m: tarfile.TarInfo, root: int, parts: list[str]) -> None:
+    """One member, its parents opened from ``root`` without following links (a member
+    under a symlink is skipped)."""
+    with _parent(root, parts[:-1], create=True) as cur:
+        name = parts[-1]
+        if cur is None:
+            return
+        if m.isdir():
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=cur)
+        elif m.issym():
+            _unlink(name, cur)
+            os.symlink(m.linkname, name, dir_fd=cur)
+        elif m.isfile():
+            _write_new(name, cur, 0o755 if m.mode & 0o111 else 0o644, tar.extractfile(m))
+        elif m.islnk():  # a hard link: its target was written before; copy it
+            link = _member_parts(m.linkname)
+            if link is None:
+                return
+            with _parent(root, link[:-1], create=False) as src_dir:
+                try:
+                    src = (
+                        None
+                        if src_dir is None
+                        else os.open(link[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=src_dir)
+                    )
+                except OSError:
+                    src = None
+            if src is not None:
+                with os.fdopen(src, "rb") as f:
+                    _write_new(name, cur, 0o644, f)
+        # devices, FIFOs: no content a patch can hold
 
 
 def _unlink(name: str, dir_fd: int) -> None:
@@ -190,25 +218,10 @@ def _unlink(name: str, dir_fd: int) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def _copy_link(tar: tarfile.TarFile, m: tarfile.TarInfo, root: int, cur: int, name: str) -> None:
-    parts = [p for p in m.linkname.split("/")[1:] if p not in ("", ".")]
-    if not parts or ".." in parts or parts[0] == ".git":
-        return
-    fds = []
-    try:
-        src_dir = root
-        for p in parts[:-1]:
-            src_dir = os.open(p, _DIR, dir_fd=src_dir)
-            fds.append(src_dir)
-        src = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=src_dir)
-    except OSError:
-        return
-    finally:
-        for fd in fds:
-            os.close(fd)
-    _unlink(name, cur)
-    with os.fdopen(src, "rb") as s:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=cur)
-        with os.fdopen(fd, "wb") as f:
-            while chunk := s.read(1 << 20):
-                f.write(chunk)
+def _write_new(name: str, dir_fd: int, mode: int, src: Any) -> None:
+    """``name`` in ``dir_fd`` as a new regular file (never through a link) with ``src``'s bytes."""
+    _unlink(name, dir_fd)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as f:
+        while src is not None and (chunk := src.read(1 << 20)):
+            f.write(chunk)
