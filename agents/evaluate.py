@@ -29,7 +29,7 @@ from typing import Any
 from agents.models import SPEC_FORMS, load_model
 from agents.protocols import Conversation, Generation, SamplingParams
 from agents.rollout import rollout
-from agents.trajectory import Trajectory, write_predictions
+from agents.trajectory import FAILURES, Trajectory, write_predictions
 
 LOCAL_MAX_TURNS = 4
 LOCAL_MAX_NEW_TOKENS = 128
@@ -301,10 +301,6 @@ def evaluate(
     return trajs, summarise(trajs, list(task_ids), runs)
 
 
-# episodes that ended by a crash of the agent, the model, the sandbox or the grader
-FAILURES = ("error", "sandbox_failed", "grading_error")
-
-
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -343,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-consecutive-invalid", type=int, default=5)
     p.add_argument("--max-error-share", type=float, default=0.5,
                    help="exit 1 when more than this share of episodes crashed (error, "
-                   "sandbox_failed, grading_error); the outputs are written first")
+                   "timeout, sandbox_failed, grading_error); the outputs are written first")
     p.add_argument("--seed", type=int, default=0,
                    help="episode seed of run 0 (run j gets SEED + j); each turn then samples "
                    "with a seed from (task, episode seed, turn), so runs differ")

@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.chat import ChatTemplate
 from agents.protocols import Agent, Conversation, Generation, Model, SamplingParams
-from agents.trajectory import Trajectory, Turn
+from agents.trajectory import ENV_FAILURES, Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # context estimate for text-only models (no tokenizer to count with)
 
@@ -222,15 +222,8 @@ class ReActAgent:
         text = _clean_text(gen.text)
         conv.token_ids.extend(ids)
         conv.messages.append({"role": "assistant", "content": text})
-        self.last_turn = Turn(
-            prompt_delta_ids=self._pending,
-            completion_ids=ids,
-            completion_logprobs=logprobs,
-            completion_finish_reason=gen.finish_reason,
-            action=text,
-            model_s=model_s,
-            policy_version=gen.policy_version,
-        )
+        self.last_turn = Turn.of_reply(gen, self._pending, model_s, completion=(ids, logprobs),
+                                       action=text)
         self._pending = []
         self._turns += 1
         self._awaiting_observation = True
@@ -338,11 +331,7 @@ def run_episode(
             if info.get("patch") is not None:
                 traj.patch = info["patch"]
             if terminated or truncated:
-                traj.report = info.get("report")
-                traj.resolved = bool(traj.report and traj.report.get("resolved"))
-                traj.finish_reason = _end_reason(terminated, info)
-                if traj.finish_reason in _INFRA_ENDS:
-                    traj.error = info.get("error") or traj.finish_reason
+                record_end(traj, terminated, info)
                 break
     except AgentStop as e:
         traj.finish_reason = e.finish_reason
@@ -363,16 +352,17 @@ def run_episode(
     return traj
 
 
-# Ends the env reports as its own failure, not the agent's (a dead sandbox, a grader without a
-# verdict): kept as the finish reason so that training can tell them from a plain turn limit.
-_INFRA_ENDS = ("sandbox_failed", "grading_error")
-
-
-def _end_reason(terminated: bool, info: dict[str, Any]) -> str:
-    if terminated:
-        return "submitted"
-    reason = info.get("end_reason")
-    return reason if reason in _INFRA_ENDS else "max_turns"
+def record_end(traj: Trajectory, terminated: bool, info: dict[str, Any]) -> None:
+    """The episode's outcome from the env's last step into ``traj``: the grading report,
+    ``resolved`` and why it ended: ``submitted`` (terminated), one of ``ENV_FAILURES`` (the
+    env's own failure, ``info["end_reason"]``; its message in ``error``), else ``max_turns``."""
+    traj.report = info.get("report")
+    traj.resolved = bool(traj.report and traj.report.get("resolved"))
+    end = info.get("end_reason")
+    traj.finish_reason = ("submitted" if terminated
+                          else end if end in ENV_FAILURES else "max_turns")
+    if traj.finish_reason in ENV_FAILURES:
+        traj.error = info.get("error") or traj.finish_reason
 
 
 def _current_diff(env: Any) -> str:

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agents.protocols import Generation
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: before policy versions (read as None)
@@ -44,6 +47,14 @@ FINISH_REASONS = (
     "error",
     "timeout",
 )
+# Ends the env reports as its own failure (info["end_reason"]), not the agent's: a dead sandbox,
+# a grader without a verdict. Kept as the finish reason so that training can tell them from a
+# plain turn limit; the episode is scored 0.
+ENV_FAILURES = ("sandbox_failed", "grading_error")
+# Ends that say nothing about the policy: the rollout crashed (error) or ran past its time
+# (timeout), or the env failed. Training masks them (mask_failed_groups); evaluation counts them
+# against --max-error-share. max_turns is not one: it is the policy's doing.
+FAILURES = ("error", "timeout", *ENV_FAILURES)
 
 
 class _one_or_many:
@@ -76,6 +87,21 @@ class Turn:
     env_s: float = 0.0
     wall_s: float = 0.0  # the whole turn; wall_s - model_s - env_s is the agent's own overhead
     policy_version: int | None = None  # the engine weights that sampled completion_ids
+
+    @classmethod
+    def of_reply(cls, gen: Generation, prompt_delta_ids: Sequence[int], model_s: float, *,
+                 completion: tuple[Sequence[int], Sequence[float]] | None = None,
+                 action: str | None = None, **fields: Any) -> Turn:
+        """The turn of one model reply ``gen``: the ids added to the prompt since the last turn,
+        what was sampled (``completion``: ids and log-probs when the caller derived them, else
+        the reply's own), its finish reason, the text stepped into the env (``action``, else the
+        reply's text), the engine weights that sampled it and the model's time; ``fields``: any
+        other field (the invalid-action flag, ``wall_s``)."""
+        ids, logprobs = completion if completion is not None else (gen.token_ids, gen.logprobs)
+        return cls(prompt_delta_ids=list(prompt_delta_ids), completion_ids=list(ids),
+                   completion_logprobs=list(logprobs), completion_finish_reason=gen.finish_reason,
+                   action=gen.text if action is None else action, model_s=model_s,
+                   policy_version=getattr(gen, "policy_version", None), **fields)
 
 
 @dataclass

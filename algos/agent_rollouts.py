@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.gateway import APIError, Gateway, key_session_id
-from agents.react import turn_seed
+from agents.react import record_end, turn_seed
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
 
@@ -147,13 +147,7 @@ def _wrap_env(env: Any, task_id: str | None, seed: int, timeout_s: float | None,
                 traj.patch = info["patch"]
             if terminated or truncated:
                 self.ended = True
-                traj.report = info.get("report")
-                traj.resolved = bool(traj.report and traj.report.get("resolved"))
-                end = info.get("end_reason")
-                infra = end in ("sandbox_failed", "grading_error")
-                traj.finish_reason = "submitted" if terminated else end if infra else "max_turns"
-                if infra:
-                    traj.error = info.get("error") or end
+                record_end(traj, terminated, info)
             return obs, reward, terminated, truncated, info
 
     return EpisodeEnv(env)

@@ -58,10 +58,11 @@ from algos.run_io import (
     seed_everything,
 )
 from algos.scoring import (
-    ENV_FAILURES,
     Counters,
     EpisodesFailed,
     check_episode_errors,
+    count_env_failure,
+    count_rollout_error,
     episode_samples,
 )
 from algos.trainer import default_learner_factory
@@ -176,12 +177,8 @@ def collect(cfg: RFTConfig, policy: Policy | None,
         trajs = run_rollouts(spec, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
         for t in trajs:
-            if t.finish_reason == "error" or not t.turns:
-                failed.rollout_errors += 1
-                failed.errors.append(f"rollout {t.task_id}: {(t.error or 'no turns')[:300]}")
-            elif t.finish_reason in ENV_FAILURES:
-                failed.env_failures += 1
-                failed.errors.append(f"env {t.task_id}: {t.finish_reason}: {(t.error or '')[:300]}")
+            if not count_rollout_error(t, failed):
+                count_env_failure(t, failed)
         check_episode_errors(failed, cfg.max_error_share, "rft rollouts")
         if run_dir is not None and cfg.save_episodes != 0:  # sampled by the initial weights
             save_iteration_episodes(run_dir, 1, trajs, 0, cfg.save_episodes,

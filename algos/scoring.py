@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from agents.trajectory import ENV_FAILURES, FAILURES
 from algos import core
 from algos.config import ConfigError
 from algos.data import Sample
@@ -20,9 +21,6 @@ from swe_gym.errors import unknown_choice
 log = logging.getLogger(__name__)
 
 FILTERS = ("none", "nonzero_advantage", "nonconstant_group")
-# Ends that say nothing about the policy: the rollout or the env failed (agents' FINISH_REASONS)
-ENV_FAILURES = ("sandbox_failed", "grading_error")
-INFRA_FAILURES = ("error", "timeout", *ENV_FAILURES)
 
 
 class EpisodesFailed(RuntimeError):
@@ -115,6 +113,25 @@ def is_overlong(traj: Any) -> bool:
     return bool(traj.turns) and traj.turns[-1].completion_finish_reason == "length"
 
 
+def count_rollout_error(traj: Any, counters: Counters) -> bool:
+    """Whether the rollout crashed (ended in ``error`` or took no turn): nothing to score; counted
+    in ``rollout_errors`` with its message."""
+    if traj.finish_reason == "error" or not traj.turns:
+        counters.rollout_errors += 1
+        counters.errors.append(f"rollout {traj.task_id}: {(traj.error or 'no turns')[:300]}")
+        return True
+    return False
+
+
+def count_env_failure(traj: Any, counters: Counters) -> None:
+    """Count an episode the env ended by its own failure (``ENV_FAILURES``: scored 0, not the
+    policy's doing) in ``env_failures`` with its message."""
+    if traj.finish_reason in ENV_FAILURES:
+        counters.env_failures += 1
+        counters.errors.append(f"env {traj.task_id}: {traj.finish_reason}: "
+                               f"{(traj.error or '')[:300]}")
+
+
 def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
                        reward_fn: Callable[[Any], float] | None, counters: Counters, *,
                        length_penalty: bool = False, length_threshold: int = 0,
@@ -127,9 +144,7 @@ def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
         counters.episodes += 1
         counters.prefix_failures += int((getattr(traj, "agent", None) or {}).get(
             "prefix_failures", 0) or 0)
-        if traj.finish_reason == "error" or not traj.turns:
-            counters.rollout_errors += 1
-            counters.errors.append(f"rollout {traj.task_id}: {(traj.error or 'no turns')[:300]}")
+        if count_rollout_error(traj, counters):
             continue
         if not traj.token_exact:
             counters.not_token_exact += 1
@@ -146,10 +161,7 @@ def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
             log.warning("reward function failed on task %s: %s: %s", traj.task_id,
                         type(e).__name__, e)
             continue
-        if traj.finish_reason in ENV_FAILURES:
-            counters.env_failures += 1
-            counters.errors.append(f"env {traj.task_id}: {traj.finish_reason}: "
-                                   f"{(traj.error or '')[:300]}")
+        count_env_failure(traj, counters)
         if length_penalty:
             reward += float(core.turn_length_penalty(
                 torch.tensor([traj.num_turns]), length_threshold, max_turns)[0])
@@ -159,11 +171,11 @@ def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
 
 def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
                        counters: Counters) -> list[Scored]:
-    """Drop every scored member of a group in which an episode failed: it ended in
-    ``INFRA_FAILURES`` (a rollout error, a timeout, a dead sandbox, no grading verdict) or was
+    """Drop every scored member of a group in which an episode failed: it ended in ``FAILURES``
+    (agents.trajectory: a rollout error, a timeout, a dead sandbox, no grading verdict) or was
     not scored at all (e.g. its reward function raised); counted in ``failure_masked``."""
     ok = {id(s.traj) for s in scored}
-    failed = torch.tensor([id(t) not in ok or t.finish_reason in INFRA_FAILURES for t in trajs])
+    failed = torch.tensor([id(t) not in ok or t.finish_reason in FAILURES for t in trajs])
     keep = core.keep_groups_without_failures(failed, torch.tensor(list(groups)))
     bad_groups = {g for g, k in zip(groups, keep.tolist(), strict=True) if not k}
     out = [s for s in scored if s.group not in bad_groups]

@@ -44,10 +44,9 @@ from swebench.harness.grading import get_eval_tests_report, get_resolution_statu
 from swe_gym import forgery, verdict
 from swe_gym.errors import SandboxUnavailable, unknown_choice
 from swe_gym.patches import apply_patch, patch_paths, unsafe_path
-from swe_gym.patches import restore_test_files as _restore_test_files
 from swe_gym.sandbox import Sandbox, make_sandbox
 from swe_gym.tasks import Task
-from swe_gym.testinfra import WORK_DIR, revert_test_infra, start_watch
+from swe_gym.testinfra import WORK_DIR, reset_to_base, revert_test_infra, start_watch
 from swe_gym.testrun import (
     DEFAULT_TEST_CMD,
     DEFAULT_TEST_TIMEOUT,
@@ -104,7 +103,7 @@ class GradingReport:
 
 def restore_test_files(sandbox: Sandbox, task: Task) -> None:
     """Put the task's test files back to ``base_commit`` (deleting ones that did not exist)."""
-    _restore_test_files(sandbox, task.base_commit, task.test_files)
+    reset_to_base(sandbox, task.base_commit, task.test_files)
 
 
 def grade_in_sandbox(

@@ -18,7 +18,7 @@ import re
 import shlex
 
 from swe_gym.sandbox import Sandbox
-from swe_gym.testinfra import WORK_DIR, restore
+from swe_gym.testinfra import WORK_DIR, reset_to_base
 
 _HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |rename (?:from|to) |copy (?:from|to) )(.*)$")
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
@@ -121,7 +121,7 @@ def apply_patch(
                 timeout=60,
             )
         else:
-            _reset_paths(sandbox, base_commit, patch_paths(patch))
+            reset_to_base(sandbox, base_commit, patch_paths(patch))
     return None, "\n".join(logs)
 
 
@@ -131,22 +131,3 @@ def patch_paths(patch: str) -> list[str]:
     files = patch_files(patch)
     return files + [f + suffix for f in files for suffix in (".rej", ".orig")]
 
-
-def _reset_paths(sandbox: Sandbox, base_commit: str, paths: list[str]) -> None:
-    q = " ".join(shlex.quote(p) for p in paths)
-    res = sandbox.run(
-        f'cd {shlex.quote(sandbox.workdir)} && for p in {q}; do git cat-file -e {base_commit}:"$p" '
-        "2>/dev/null && printf '%s\\n' \"$p\"; done",
-        timeout=60,
-    )
-    restore(sandbox, base_commit, paths, set(res.output.splitlines()))
-
-
-def restore_test_files(sandbox: Sandbox, base_commit: str, test_files: list[str]) -> None:
-    """Put the task's test files back to ``base_commit`` (deleting ones that did not exist)."""
-    for path in test_files:
-        q = shlex.quote(path)
-        sandbox.run(
-            f"cd {shlex.quote(sandbox.workdir)} && (git checkout -q {base_commit} -- {q} 2>/dev/null || rm -f {q})",
-            timeout=60,
-        )

@@ -162,6 +162,7 @@ def changed_paths(sandbox: Sandbox) -> list[str]:
 
 
 def _in_base(sandbox: Sandbox, base: str, paths: list[str]) -> set[str]:
+    """Which of ``paths`` exist at commit ``base`` (files, links or folders)."""
     sandbox.write_file(f"{WORK_DIR}/paths", _nul_list(paths))
     wd = shlex.quote(sandbox.workdir)
     sandbox.run(
@@ -250,3 +251,10 @@ def restore(sandbox: Sandbox, base_commit: str, paths: list[str], in_base: set[s
             "2>/dev/null; true",
             timeout=60,
         )
+
+
+def reset_to_base(sandbox: Sandbox, base_commit: str, paths: list[str]) -> None:
+    """Put ``paths`` back as they are at ``base_commit``: each removed, then checked out where
+    it exists there (so one that did not exist is deleted)."""
+    if paths:
+        restore(sandbox, base_commit, paths, _in_base(sandbox, base_commit, paths))

@@ -356,21 +356,11 @@ class SessionRecorder:
                 "top_p": params.top_p,
                 "max_new_tokens": params.max_new_tokens,
             }
-            turn = Turn(
-                prompt_delta_ids=list(delta),
-                completion_ids=list(gen.token_ids),
-                completion_logprobs=list(gen.logprobs),
-                completion_finish_reason=gen.finish_reason,
-                action=gen.text,
-                invalid_action=bool(why),
+            traj.turns.append(Turn.of_reply(
+                gen, delta, model_s, invalid_action=bool(why),
                 invalid_reason=f"{PREFIX_FAILED}: {why}" if why else None,
-                model_s=model_s,
                 wall_s=time.perf_counter() - started,
-            )
-            version = getattr(gen, "policy_version", None)  # the weights that sampled it
-            if version is not None:
-                turn.policy_version = version
-            traj.turns.append(turn)
+            ))
             content, calls = (parse_tool_calls(gen.text, self.tool_form) if tools
                               else (gen.text, []))
             reply = {"role": "assistant", "content": content}

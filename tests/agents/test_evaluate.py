@@ -218,3 +218,31 @@ def test_a_run_whose_episodes_crash_exits_1_naming_the_error(tmp_path, starter_t
     assert "2 of 2 episodes failed" in err and "CPU Generator does not use offset" in err
     trajs = load_jsonl(tmp_path / "trajectories.jsonl")
     assert [t.finish_reason for t in trajs] == ["error", "error"]
+
+
+def test_a_run_whose_episodes_time_out_exits_1(tmp_path, starter_task_ids, monkeypatch, capsys):
+    """A timed-out episode is a failed one (agents.trajectory.FAILURES), as for training: the
+    exit is 1, not a pass@1 of 0 that reads as the model's result."""
+    import threading
+
+    import agents.evaluate as ev
+
+    release = threading.Event()
+
+    class Stuck:
+        name = "stuck"
+
+        def generate(self, conversation, params):
+            release.wait(120)  # until the run has ended
+            raise RuntimeError("released")
+
+    monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Stuck())
+    try:
+        rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--tasks", *starter_task_ids[:2],
+                   "--out", str(tmp_path), "--no-progress", "--episode-timeout", "1"])
+    finally:
+        release.set()
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "2 of 2 episodes failed" in err and "episode_timeout_s" in err
+    assert [t.finish_reason for t in load_jsonl(tmp_path / "trajectories.jsonl")] == ["timeout"] * 2
