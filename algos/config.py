@@ -460,6 +460,15 @@ class RLConfig(RunConfig):
     """Shared-prefix packing in the learner: a group's common prompt (found from the token
     ids) computed once, each episode's continuation attending to it (algos.tree); same loss and
     gradients as plain packing. The metrics row shows tokens_computed against tokens_plain."""
+    val_runs: int = 0
+    """Validation (algos.validation): episodes per task on val_tasks, before training, after the
+    last iteration and every val_every iterations, with the same episode seeds each time; pass@1
+    and its gain over the first validation, with standard errors over tasks, go to
+    RUN_DIR/validation.jsonl, the metrics and the table. 0: no validation."""
+    val_every: int = 0
+    """Iterations between validations (0: before training and after the last iteration only)."""
+    val_tasks: list[str] | None = None
+    """Task ids validated on (default: the training pool)."""
     max_staleness: int = 0
     """Asynchronous RL: 0 is the synchronous loop (roll out, then train); K >= 1 keeps a
     background producer rolling out from the latest pushed weights while the learner trains, and
@@ -480,6 +489,9 @@ class RLConfig(RunConfig):
             raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        for name in ("val_runs", "val_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
         if self.max_staleness < 0:
             raise ConfigError(f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
                               f"most K policy versions old); got {self.max_staleness}")

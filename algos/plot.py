@@ -17,6 +17,7 @@ from algos.run_io import read_metrics
 PANELS = (
     ("reward", ("reward_mean",)),
     ("resolved rate", ("resolved_rate",)),
+    ("validation pass@1", ("val_pass1",)),
     ("length (turns)", ("turns_mean",)),
     ("response tokens", ("response_tokens_mean",)),
     ("entropy", ("entropy",)),

@@ -156,6 +156,12 @@ RESULT_COLUMNS = (
     ("kl", "kl", ".4f"),
     ("time_s", "time_s", ".1f"),
 )
+# added to the table when the run validates (algos.validation)
+VAL_COLUMNS = (
+    ("val_pass1", "val_pass1", ".3f"),
+    ("+-", "val_pass1_se", ".3f"),
+    ("val_gain", "val_gain", "+.3f"),
+)
 
 
 def seed_everything(seed: int) -> None:

@@ -80,11 +80,13 @@ from algos.rollouts import (
     collect,
     env_task_ids,
     filter_pool_by_solve_rate,
+    run_rollouts,
 )
 from algos.run_io import (
     CHECKPOINT_DIR,
     METRICS_FILE,
     RESULT_COLUMNS,
+    VAL_COLUMNS,
     EpisodeStats,
     InterruptGuard,
     MetricsLogger,
@@ -106,6 +108,7 @@ from algos.scoring import (
     load_reward_fn,
     to_samples,
 )
+from algos.validation import Validator, metrics_of
 
 # What users import from here (the loop's public names live in the role modules)
 __all__ = ["DynamicSamplingExhausted", "EpisodesFailed", "Policy", "RayRollouts", "TaskSampler",
@@ -188,6 +191,10 @@ class Trainer:
         self.push_s = 0.0
         if cfg.resume:
             self._resume()
+        self.validator = (Validator(list(cfg.val_tasks or pool), cfg.val_runs, cfg.seed,
+                                    self.run_dir,
+                                    upto=self.iteration if cfg.resume else -1)
+                          if cfg.val_runs and self.dist.is_main else None)
         self.collector: AsyncCollector | None = None
         self.staleness = Staleness()
         if self.max_staleness and self.dist.is_main:
@@ -307,7 +314,7 @@ class Trainer:
         mini-batches, one optimiser step each; returns each step's metrics."""
         cfg = self.cfg
         if samples and self.old_logprobs_mode == "recompute":
-            lps = self.learner.compute_logprobs(samples)
+            lps = self.learner.compute_logprobs(samples, loss_only=True)
             samples = [dataclasses.replace(x, old_logprobs=[v * m for v, m in zip(
                 lp, x.loss_mask, strict=True)], sampler_logprobs=x.old_logprobs)
                 for x, lp in zip(samples, lps, strict=True)]
@@ -376,6 +383,15 @@ class Trainer:
             row.update(self.staleness.row())
         return row
 
+    def validate(self) -> dict[str, float]:
+        """A validation on the engine's current weights (rank 0); its metrics-row keys."""
+        assert self.validator is not None
+        self.policy.model.eval()
+        row = self.validator.validate(
+            lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.sampler, ids, n, seed),
+            self.iteration, int(getattr(self.learner, "step", 0)))
+        return metrics_of(row)
+
     # ------------------------------------------------------------------ the run
     def run(self) -> list[dict[str, Any]]:
         """All iterations; returns the metric rows. Raises KeyboardInterrupt after saving."""
@@ -388,6 +404,8 @@ class Trainer:
         try:
             with InterruptGuard() as guard:
                 try:
+                    if self.validator is not None and not self.validator.rows:
+                        logger.log({"iteration": 0, **self.validate()})  # before training
                     while self.iteration < cfg.iterations:
                         boundary = self._boundary()
                         stats = EpisodeStats()
@@ -398,6 +416,9 @@ class Trainer:
 
                         row = self.iteration_step(guard, tick)
                         self.iteration += 1
+                        if self.validator is not None and self.validator.due(
+                                self.iteration, cfg.iterations, cfg.val_every):
+                            row.update(self.validate())
                         if logger is not None:
                             row.update(stats.summary())
                             logger.log(row)
@@ -454,7 +475,13 @@ def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
         trainer.close()
     if not trainer.dist.is_main:
         return 0
-    print(format_table(rows, RESULT_COLUMNS))
+    columns = RESULT_COLUMNS
+    if trainer.validator is not None:  # the table's first row is then the validation before
+        columns = (*RESULT_COLUMNS[:-1], *VAL_COLUMNS, RESULT_COLUMNS[-1])
+        rows = [{"iteration": 0, **metrics_of(trainer.validator.rows[0])}, *rows]
+    print(format_table(rows, columns))
+    if trainer.validator is not None and (line := trainer.validator.summary()):
+        print(line)
     print(f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
           f"plot: python -m algos.plot {trainer.run_dir}")
     return 0
