@@ -19,7 +19,7 @@ Section numbers refer to ``shared/methods.md``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -284,6 +284,11 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
 
 
 class PolicyLossFn(Protocol):
+    """What the learner calls: the shared signature (module docstring) plus ``token_weights``
+    (the off-policy correction's, passed only to losses in ``NEEDS_OLD_LOGPROBS`` and ``pg``).
+    A loss may take further keyword arguments with defaults (``eps_low``, ``clip_eps``...): the
+    config's ``loss_kwargs`` reach them by name."""
+
     def __call__(
         self,
         logprobs: Tensor,
@@ -294,7 +299,7 @@ class PolicyLossFn(Protocol):
         agg_mode: str = ...,
         global_token_count: int | float | Tensor | None = ...,
         global_seq_count: int | float | Tensor | None = ...,
-        **kwargs: float,
+        token_weights: Tensor | None = ...,
     ) -> tuple[Tensor, dict[str, float]]: ...
 
 
@@ -401,7 +406,8 @@ def clipped_policy_loss(
 
 
 @register_policy_loss("ppo")
-def ppo_loss(logprobs, old_logprobs, advantages, mask, *, clip_eps: float = 0.2, **kwargs):
+def ppo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+             clip_eps: float = 0.2, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:
     """GRPO/PPO: symmetric clip ``eps_low = eps_high = clip_eps`` (methods.md 3).
 
     Equation, shapes and metrics: :func:`clipped_policy_loss` (``eps_low``/``eps_high``/
@@ -418,8 +424,9 @@ NEEDS_OLD_LOGPROBS.add("grpo")
 
 @register_policy_loss("dapo")
 def dapo_loss(
-    logprobs, old_logprobs, advantages, mask, *, eps_low=0.2, eps_high=0.28, **kwargs
-):
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+    eps_low: float = 0.2, eps_high: float = 0.28, **kwargs: Any,
+) -> tuple[Tensor, dict[str, float]]:
     """DAPO clip-higher (methods.md 5): ``eps_low=0.2, eps_high=0.28`` by default; use with
     ``agg_mode="token-mean"`` and the global token count. Nebius stage 1/2 use (0.2, 0.3) /
     (0.2, 0.26) (methods.md 4). Equation: :func:`clipped_policy_loss`.
@@ -431,9 +438,10 @@ def dapo_loss(
 
 @register_policy_loss("pg", needs_old_logprobs=False)
 def pg_loss(
-    logprobs, old_logprobs, advantages, mask, *, agg_mode="token-mean",
-    global_token_count=None, global_seq_count=None, token_weights=None,
-):
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+    agg_mode: str = "token-mean", global_token_count: int | float | Tensor | None = None,
+    global_seq_count: int | float | Tensor | None = None, token_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """Vanilla policy gradient (REINFORCE with a baseline in A): ``L = -A * logp`` per token
     (times ``token_weights`` when given)."""
     adv = _broadcast_adv(advantages, logprobs)
@@ -444,14 +452,16 @@ def pg_loss(
 
 @register_policy_loss("sft", needs_old_logprobs=False)
 def sft_loss(
-    logprobs, old_logprobs, advantages, mask, *, agg_mode="token-mean",
-    global_token_count=None, global_seq_count=None,
-):
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+    agg_mode: str = "token-mean", global_token_count: int | float | Tensor | None = None,
+    global_seq_count: int | float | Tensor | None = None, token_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """Negative log-likelihood of the policy tokens: RFT = SFT on filtered passing trajectories
-    (methods.md 4). ``L = -logp`` per token; ``old_logprobs`` and ``advantages`` are ignored.
+    (methods.md 4). ``L = -logp`` per token (times ``token_weights`` when given, as every
+    registered loss); ``old_logprobs`` and ``advantages`` are ignored.
     Metric ``nll`` is the mean over loss tokens.
     """
-    loss_mat = -logprobs
+    loss_mat = _weighted(-logprobs, token_weights)
     loss = agg_loss(loss_mat, mask, agg_mode, global_token_count, global_seq_count)
     return loss, {"nll": masked_mean(loss_mat.detach(), mask).item()}
 
@@ -463,10 +473,11 @@ def sft_loss(
 
 @register_policy_loss("gspo")
 def gspo_loss(
-    logprobs, old_logprobs, advantages, mask, *, eps_low: float = 3e-4, eps_high: float = 4e-4,
-    token_weights: Tensor | None = None, agg_mode: str = "seq-mean-token-mean",
-    global_token_count=None, global_seq_count=None,
-):
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+    eps_low: float = 3e-4, eps_high: float = 4e-4, token_weights: Tensor | None = None,
+    agg_mode: str = "seq-mean-token-mean", global_token_count: int | float | Tensor | None = None,
+    global_seq_count: int | float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """GSPO (Zheng et al. 2025): one importance ratio and one clip per sequence.
 
     ``s_i = exp(mean_t m_it (logp_it - old_logp_it))`` over the policy tokens of sequence i;

@@ -34,9 +34,9 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -55,6 +55,9 @@ from algos.tree import (
     tree_token_logprobs,
 )
 from swe_gym.errors import unknown_choice
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +134,9 @@ class LearnerConfig:
     whose weight exceeds C."""
 
     def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # from JSON/CLI lists
+        if len(self.betas) != 2:
+            raise ValueError(f"betas must be two floats (beta1, beta2); got {self.betas}")
+        self.betas = (self.betas[0], self.betas[1])  # from JSON/CLI lists
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0; got {self.lr}")
         if self.schedule not in SCHEDULES:
@@ -178,7 +183,7 @@ class LRSchedule:
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
-        if self.schedule == "constant":
+        if self.schedule == "constant" or self.total_steps is None:  # config: cosine has it
             return 1.0
         span = max(1, self.total_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
@@ -231,11 +236,12 @@ class Learner:
         self.step = 0
         self.skipped_steps = 0
         if config.grad_checkpointing:
-            model.gradient_checkpointing_enable(
+            hf = cast("PreTrainedModel", model)  # an HF causal LM (module docstring)
+            hf.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
             if getattr(model, "config", None) is not None:
-                model.config.use_cache = False
+                hf.config.use_cache = False
         if ref_model is not None:
             ref_model.eval()
             ref_model.requires_grad_(False)
@@ -283,14 +289,17 @@ class Learner:
         return fn(samples, self.config.micro_batch_tokens)
 
     def _batch_logprobs(
-        self, model: nn.Module, mb: MicroBatch, with_entropy: bool
+        self, model: nn.Module, mb: MicroBatch, with_entropy: bool, loss_only: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """Per-sample ``[S, Tmax]`` log-probs (and entropy) of a micro-batch on the device."""
+        """Per-sample ``[S, Tmax]`` log-probs (and entropy) of a micro-batch on the device;
+        ``loss_only``: at the loss tokens only (0 elsewhere), the head run on those alone."""
         cfg = self.config
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         mask_dtype = torch.bfloat16 if cfg.bf16 else next(model.parameters()).dtype
         on_cuda = mb.input_ids.is_cuda
-        kwargs, ctx, logprob_fn = {}, contextlib.nullcontext(), model_token_logprobs
+        kwargs: dict[str, Any] = {}
+        ctx: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        logprob_fn: Callable[..., Tensor | tuple[Tensor, Tensor]] = model_token_logprobs
         if impl == ATTN_NAME and isinstance(mb, TreeMicroBatch):
             kwargs, ctx = mb.model_kwargs(), packed_forward()
             logprob_fn = functools.partial(tree_token_logprobs, mb)
@@ -303,6 +312,8 @@ class Learner:
             kwargs["attention_mask"] = mb.attention_mask(impl, mask_dtype)
         # a bf16 compute copy needs no autocast (its weights are bf16 already)
         low_params = self.compute is not None and model is self.compute.module
+        if loss_only:
+            kwargs["positions"] = torch.unique(mb.gather_index[mb.loss_mask > 0])
         with ctx:
             out = logprob_fn(
                 model,
@@ -315,7 +326,7 @@ class Learner:
                 head_dtype=torch.bfloat16 if cfg.bf16 and on_cuda else None,
                 **kwargs,
             )
-        lp_rows, ent_rows = out if with_entropy else (out, None)
+        lp_rows, ent_rows = out if isinstance(out, tuple) else (out, None)
         # position 0 of a packed sequence holds the previous sequence's prediction: zero it
         first = torch.zeros_like(mb.gather_index, dtype=torch.bool)
         first[:, 0] = True
@@ -327,10 +338,12 @@ class Learner:
 
     @torch.no_grad()
     def compute_logprobs(
-        self, samples: Sequence[Sample], model: nn.Module | None = None
+        self, samples: Sequence[Sample], model: nn.Module | None = None, *,
+        loss_only: bool = False,
     ) -> list[list[float]]:
         """Per-token log-probs of each sample under ``model`` (default: the policy), aligned to
-        its tokens (``[0] = 0``), in eval mode without gradients."""
+        its tokens (``[0] = 0``), in eval mode without gradients; ``loss_only``: at its loss
+        tokens only, 0 elsewhere (the old and reference log-probs: what the loss reads)."""
         model = model if model is not None else self.model
         was_training = model.training
         model.eval()
@@ -338,7 +351,8 @@ class Learner:
         try:
             for mb in self._micro_batches(samples):
                 device = next(model.parameters()).device  # the reference model's may differ
-                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False)
+                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False,
+                                             loss_only=loss_only)
                 for row, i in enumerate(mb.sample_indices):
                     out[i] = lp[row, : len(samples[i])].tolist()
         finally:
@@ -354,7 +368,8 @@ class Learner:
                 f"kl_coef={self.config.kl_coef} needs ref_logprobs on every sample or a "
                 f"ref_model; sample {samples[missing[0]].sample_id!r} has none"
             )
-        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model)
+        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model,
+                                    loss_only=True)
         out = list(samples)
         for i, lp in zip(missing, ref, strict=True):
             mask = samples[i].loss_mask
@@ -376,7 +391,7 @@ class Learner:
             return self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
                                 **norm, **cfg.loss_kwargs)
         recomputed = mb.sampler_logprobs is not None
-        behaviour = mb.sampler_logprobs if recomputed else mb.old_logprobs
+        behaviour = mb.sampler_logprobs if mb.sampler_logprobs is not None else mb.old_logprobs
         proximal = mb.old_logprobs if recomputed else lp.detach()
         extra = core.mismatch_metrics(proximal, behaviour, mb.loss_mask)
         if cfg.off_policy_correction == "none":
@@ -423,20 +438,21 @@ class Learner:
         bad: str | None = None
         for mb in batches:
             mb = mb.to(self.device)
-            lp, ent = self._batch_logprobs(net, mb, with_entropy)
-            norm = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
-                    "global_seq_count": global_seqs}
+            # the loss reads its tokens only: the vocabulary-sized head runs on those alone
+            lp, ent = self._batch_logprobs(net, mb, with_entropy, loss_only=True)
+            norm: dict[str, Any] = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
+                                    "global_seq_count": global_seqs}
             loss, metrics = self._policy_loss(lp, mb, norm, has_logprobs)
             if cfg.kl_coef > 0:
+                assert mb.ref_logprobs is not None  # _with_ref_logprobs gave every sample them
                 kl, kl_metrics = core.kl_loss(lp, mb.ref_logprobs, mb.loss_mask,
                                               kind=cfg.kl_estimator, **norm)
                 loss = loss + cfg.kl_coef * kl
                 metrics.update(kl_metrics)
             if ent is not None:
                 if cfg.entropy_coef != 0:
-                    loss = loss - cfg.entropy_coef * core.agg_loss(ent, mb.loss_mask, **{
-                        "mode": cfg.agg_mode, "global_token_count": global_tokens,
-                        "global_seq_count": global_seqs})
+                    loss = loss - cfg.entropy_coef * core.agg_loss(
+                        ent, mb.loss_mask, cfg.agg_mode, global_tokens, global_seqs)
                 metrics["entropy"] = core.masked_mean(ent.detach(), mb.loss_mask).item()
             if not torch.isfinite(loss):
                 bad = f"non-finite loss {loss.item()}"
@@ -453,7 +469,7 @@ class Learner:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
             if not math.isfinite(grad_norm):
                 bad = f"non-finite gradient norm {grad_norm}"
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         if bad is not None:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_steps += 1

@@ -187,6 +187,19 @@ def test_registry_unknown_name_lists_accepted():
         core.register_policy_loss("dapo")(lambda *a, **k: None)
 
 
+@pytest.mark.parametrize("name", sorted(core.POLICY_LOSSES))
+def test_every_registered_loss_takes_the_learners_keywords(name):
+    # PolicyLossFn: the learner passes agg_mode, both global counts and (with an off-policy
+    # correction) token_weights; sft took no token_weights before the protocol was checked.
+    logp, mask = T([[-2.0, -4.0]]), T([[1.0, 1.0]])
+    loss, metrics = core.get_policy_loss_fn(name)(
+        logp, logp, T([1.0]), mask, agg_mode="token-mean", global_token_count=2,
+        global_seq_count=1, token_weights=T([[1.0, 0.0]]))
+    assert loss.dim() == 0 and all(isinstance(v, float) for v in metrics.values())
+    plain, _ = core.get_policy_loss_fn(name)(logp, logp, T([1.0]), mask, global_token_count=2)
+    assert not close(loss, plain) or close(plain, 0.0)  # the weights count
+
+
 # ---------------------------------------------------------------- KL, entropy, shaping
 
 
