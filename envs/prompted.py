@@ -64,7 +64,7 @@ class PromptStyle(gym.Wrapper[str, str, str, str]):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.max_observation_chars is not None:
             obs = cut_middle(obs, self.max_observation_chars)
-        return obs, reward, terminated, truncated, info
+        return obs, float(reward), terminated, truncated, info
 
 
 def make_swe_env(*args: Any, prompt: str = "full", max_observation_chars: int | None = None,

@@ -195,7 +195,7 @@ class SWEEnv(gym.Env[str, str]):
             info = self._info(tool=parsed.tool)
             if parsed.tool == "submit":
                 report, end = self._grade()
-                if end:  # no verdict: a truncated end, not a terminal reward of 0
+                if end or report is None:  # no verdict: a truncated end, not a reward of 0
                     truncated = True
                     obs = f"Submitted, but the submission could not be graded: {end['error']}"
                 else:

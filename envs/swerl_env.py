@@ -39,10 +39,8 @@ MAX_TEXT = 4_000_000  # characters; a 16k-token SWE-RL context is ~64k character
 
 def default_repo_resolver(repo: str) -> Path:
     """The local git clone holding ``repo``'s commits (``swe_gym.repos.local_repo``)."""
-    try:
-        from swe_gym.repos import local_repo
-    except ImportError:  # pragma: no cover - transitional: repos.py is landing in parallel
-        from swe_gym.starter import repo_path as local_repo
+    from swe_gym.repos import local_repo
+
     return Path(local_repo(repo))
 
 
@@ -215,8 +213,9 @@ class SWERLEnv(gym.Env[str, str]):
     def __enter__(self) -> SWERLEnv:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
+        return False  # exceptions propagate (gymnasium.Env's contract)
 
 
 __all__ = ["REWARDS", "SWERLEnv", "default_repo_resolver"]

@@ -40,9 +40,10 @@ def local_repo(repo: str, repos_dir: str | os.PathLike | None = None) -> Path:
     try:
         from swe_gym.starter import STARTER_REPOS, repo_path  # lazy: builds on first use
     except ImportError:
-        STARTER_REPOS, repo_path = frozenset(), None
-    if repo in STARTER_REPOS and repo_path is not None:
-        return Path(repo_path(repo))
+        pass
+    else:
+        if repo in STARTER_REPOS:
+            return Path(repo_path(repo))
 
     base = repos_dir if repos_dir is not None else os.environ.get(REPOS_ENV)
     looked: list[str] = []

@@ -177,8 +177,8 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             dropped = f"--exclude-newer {recipe.exclude_newer} dropped: a pin is newer"
             note = f"{note}; {dropped}" if note else dropped
             _progress(label, dropped, t0)
-            with log.open("a") as f:
-                f.write(f"{p.stderr}\n{dropped}\n")
+            with log.open("a") as out:
+                out.write(f"{p.stderr}\n{dropped}\n")
             p = run_uv(*args, *recipe.packages, *reqs)
         _check(p, "uv " + " ".join([*args, *recipe.packages, *reqs]), log)
     generated: list[str] = []
@@ -197,9 +197,10 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             shutil.rmtree(checkout.parent, ignore_errors=True)
     for d, dirs, files in os.walk(root):  # readable by every sandbox uid, writable by none
         for n in dirs + files:
-            p = os.path.join(d, n)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode & 0o755 | 0o444 | (0o111 if os.path.isdir(p) else 0))
+            path = os.path.join(d, n)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode & 0o755 | 0o444
+                         | (0o111 if os.path.isdir(path) else 0))
     manifest = {
         "key": recipe.key,
         "source": recipe.source,

@@ -3,7 +3,8 @@ shutdown on errors and on Ctrl-C, and no thread left behind."""
 
 from __future__ import annotations
 
-import _thread
+import os
+import signal
 import threading
 from dataclasses import dataclass, field
 
@@ -150,20 +151,39 @@ def test_close_stops_a_round_that_watches_the_stop_event():
 
 
 def test_ctrl_c_while_waiting_for_a_round_shuts_down_cleanly():
-    """SIGINT lands in the main thread blocked in get(); the with-block closes the producer."""
-    stop = threading.Event()
+    """A real SIGINT while the main thread is blocked in get() (the round never ends on its
+    own) raises KeyboardInterrupt there, and the with-block closes the producer.
+
+    No timing: the signal is sent once get() is entered (an event), and Python's own handler is
+    installed for the test, since a process started as a shell's background job inherits SIGINT
+    ignored (where a simulated Ctrl-C, _thread.interrupt_main, does nothing)."""
+    stop, in_get = threading.Event(), threading.Event()
 
     def produce(index: int) -> int:
-        stop.wait(60)
+        stop.wait(300)  # ends when close() sets stop
         return index
 
-    timer = threading.Timer(0.2, _thread.interrupt_main)
-    with pytest.raises(KeyboardInterrupt):
-        with AsyncRollouts(produce, max_ahead=1, stop_event=stop) as src:
-            timer.start()
-            src.get()
-    timer.join()
-    assert not src.alive
+    class Rollouts(AsyncRollouts[int]):
+        def get(self, timeout: float | None = None):
+            in_get.set()
+            return super().get(timeout)
+
+    def ctrl_c() -> None:
+        if in_get.wait(300):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=ctrl_c, name="ctrl-c")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with Rollouts(produce, max_ahead=1, stop_event=stop) as src:
+                sender.start()
+                src.get()
+    finally:
+        if sender.ident is not None:  # started: get() was entered, so it has sent the signal
+            sender.join()
+        signal.signal(signal.SIGINT, previous)
+    assert not src.alive and stop.is_set()
 
 
 def test_max_ahead_must_be_positive():
