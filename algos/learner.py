@@ -289,9 +289,10 @@ class Learner:
         return fn(samples, self.config.micro_batch_tokens)
 
     def _batch_logprobs(
-        self, model: nn.Module, mb: MicroBatch, with_entropy: bool
+        self, model: nn.Module, mb: MicroBatch, with_entropy: bool, loss_only: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """Per-sample ``[S, Tmax]`` log-probs (and entropy) of a micro-batch on the device."""
+        """Per-sample ``[S, Tmax]`` log-probs (and entropy) of a micro-batch on the device;
+        ``loss_only``: at the loss tokens only (0 elsewhere), the head run on those alone."""
         cfg = self.config
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         mask_dtype = torch.bfloat16 if cfg.bf16 else next(model.parameters()).dtype
@@ -311,6 +312,8 @@ class Learner:
             kwargs["attention_mask"] = mb.attention_mask(impl, mask_dtype)
         # a bf16 compute copy needs no autocast (its weights are bf16 already)
         low_params = self.compute is not None and model is self.compute.module
+        if loss_only:
+            kwargs["positions"] = torch.unique(mb.gather_index[mb.loss_mask > 0])
         with ctx:
             out = logprob_fn(
                 model,
@@ -335,10 +338,12 @@ class Learner:
 
     @torch.no_grad()
     def compute_logprobs(
-        self, samples: Sequence[Sample], model: nn.Module | None = None
+        self, samples: Sequence[Sample], model: nn.Module | None = None, *,
+        loss_only: bool = False,
     ) -> list[list[float]]:
         """Per-token log-probs of each sample under ``model`` (default: the policy), aligned to
-        its tokens (``[0] = 0``), in eval mode without gradients."""
+        its tokens (``[0] = 0``), in eval mode without gradients; ``loss_only``: at its loss
+        tokens only, 0 elsewhere (the old and reference log-probs: what the loss reads)."""
         model = model if model is not None else self.model
         was_training = model.training
         model.eval()
@@ -346,7 +351,8 @@ class Learner:
         try:
             for mb in self._micro_batches(samples):
                 device = next(model.parameters()).device  # the reference model's may differ
-                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False)
+                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False,
+                                             loss_only=loss_only)
                 for row, i in enumerate(mb.sample_indices):
                     out[i] = lp[row, : len(samples[i])].tolist()
         finally:
@@ -362,7 +368,8 @@ class Learner:
                 f"kl_coef={self.config.kl_coef} needs ref_logprobs on every sample or a "
                 f"ref_model; sample {samples[missing[0]].sample_id!r} has none"
             )
-        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model)
+        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model,
+                                    loss_only=True)
         out = list(samples)
         for i, lp in zip(missing, ref, strict=True):
             mask = samples[i].loss_mask
@@ -431,7 +438,8 @@ class Learner:
         bad: str | None = None
         for mb in batches:
             mb = mb.to(self.device)
-            lp, ent = self._batch_logprobs(net, mb, with_entropy)
+            # the loss reads its tokens only: the vocabulary-sized head runs on those alone
+            lp, ent = self._batch_logprobs(net, mb, with_entropy, loss_only=True)
             norm: dict[str, Any] = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
                                     "global_seq_count": global_seqs}
             loss, metrics = self._policy_loss(lp, mb, norm, has_logprobs)

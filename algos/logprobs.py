@@ -294,6 +294,7 @@ def model_token_logprobs(
     return_entropy: bool = False,
     autocast_dtype: torch.dtype | None = None,
     head_dtype: torch.dtype | None = None,
+    positions: Tensor | None = None,
     **model_kwargs,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs ``[B, T]`` aligned to ``input_ids``: ``out[:, t] = log p(x_t | x_<t)``.
@@ -302,7 +303,10 @@ def model_token_logprobs(
     prediction of the previous sequence's last position: callers must mask it (a sample's
     ``loss_mask[0]`` is 0 by contract). ``autocast_dtype`` runs the transformer under autocast;
     the head and softmax always run outside it, in ``head_dtype`` (default: the head weight's
-    dtype) with float32 softmax. ``model_kwargs`` go to the model's forward.
+    dtype) with float32 softmax. ``model_kwargs`` go to the model's forward. ``positions``
+    (flat indices into ``[B * T]``, none at ``t = 0``): only these are computed, the others are
+    0 and the vocabulary-sized head never runs on them (what a loss reading only its policy
+    tokens needs: on agent trajectories most tokens are prompt and observations).
     """
     ctx = (
         torch.autocast(input_ids.device.type, dtype=autocast_dtype)
@@ -313,6 +317,17 @@ def model_token_logprobs(
         h = hidden_states(model, input_ids, attention_mask=attention_mask,
                           position_ids=position_ids, **model_kwargs)
     weight, bias = lm_head(model)
+    if positions is not None:
+        out = token_logprobs(h.reshape(-1, h.shape[-1]).index_select(0, positions - 1), weight,
+                             input_ids.reshape(-1).index_select(0, positions), bias=bias,
+                             temperature=temperature, chunk_size=chunk_size,
+                             return_entropy=return_entropy, compute_dtype=head_dtype)
+
+        def row(values: Tensor) -> Tensor:
+            return values.new_zeros(input_ids.numel()).index_copy(0, positions, values).view(
+                input_ids.shape)
+
+        return (row(out[0]), row(out[1])) if return_entropy else row(out)
     out = token_logprobs(h[:, :-1], weight, input_ids[:, 1:], bias=bias, temperature=temperature,
                          chunk_size=chunk_size, return_entropy=return_entropy,
                          compute_dtype=head_dtype)

@@ -250,18 +250,20 @@ def tree_token_logprobs(
     autocast_dtype: torch.dtype | None = None,
     head_dtype: torch.dtype | None = None,
     attention_mask: Tensor | None = None,
+    positions: Tensor | None = None,
     **model_kwargs,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Row log-probs ``[1, L]`` of a tree row (the signature of
     :func:`algos.logprobs.model_token_logprobs`): ``out[0, j] = log p(x_j | h[parent_j])``,
-    0 at roots. ``model_kwargs`` must carry the ``tree_layout``."""
+    0 at roots (and, with ``positions``, everywhere else but there: the head runs on those
+    only). ``model_kwargs`` must carry the ``tree_layout``."""
     ctx = (torch.autocast(input_ids.device.type, dtype=autocast_dtype)
            if autocast_dtype is not None else contextlib.nullcontext())
     with ctx:
         h = hidden_states(model, input_ids, attention_mask=attention_mask,
                           position_ids=position_ids, **model_kwargs)
     parent = mb.parent_index[0]
-    child = (parent >= 0).nonzero().squeeze(1)
+    child = (parent >= 0).nonzero().squeeze(1) if positions is None else positions
     weight, bias = lm_head(model)
     out = token_logprobs(h[0].index_select(0, parent[child]), weight, input_ids[0, child],
                          bias=bias, temperature=temperature, chunk_size=chunk_size,

@@ -117,6 +117,8 @@ def changes_test_config(path: str, before: str | None, after: str | None) -> boo
         return False
     if after is None:  # deleted: only the base's test configuration is lost
         before, after = after, before
+    if after is None:  # on neither side: nothing to read, counted as changed (reverted)
+        return True
     try:
         new = extract(after)
     except Exception:

@@ -26,6 +26,7 @@ import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from swe_gym.errors import FileTooLarge
 from swe_gym.sandbox import Sandbox
@@ -142,7 +143,8 @@ def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
     except (FileNotFoundError, ValueError, OSError) as e:
         out.problem, out.detail = "channel_missing", f"no record file: {type(e).__name__}"
         return out
-    key, seqs = channel.key.encode(), {}
+    key = channel.key.encode()
+    seqs: dict[Any, int] = {}  # the last sequence number of each process id
     for n, line in enumerate(raw.split(b"\n")[:-1] if raw.endswith(b"\n") else raw.split(b"\n")):
         mac, _, body = line.partition(b"\t")
         good = hmac.new(key, body, hashlib.sha256).hexdigest().encode()

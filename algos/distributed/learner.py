@@ -100,17 +100,22 @@ class DistributedLearner(Learner):
         return batches
 
     @torch.no_grad()
-    def compute_logprobs(self, samples: Sequence[Sample], model: nn.Module | None = None):
-        local = super().compute_logprobs(samples, model)  # None where another DP rank owns it
+    def compute_logprobs(self, samples: Sequence[Sample], model: nn.Module | None = None, *,
+                         loss_only: bool = False):
+        # None where another DP rank owns it
+        local = super().compute_logprobs(samples, model, loss_only=loss_only)
         if self.ctx.dp == 1:
             return local
         parts: list[Any] = [None] * self.ctx.dp
         dist.all_gather_object(parts, local, group=self.ctx.dp_group)
         return [next(p[i] for p in parts if p[i] is not None) for i in range(len(samples))]
 
-    def _batch_logprobs(self, model: nn.Module, mb: MicroBatch, with_entropy: bool):
+    def _batch_logprobs(self, model: nn.Module, mb: MicroBatch, with_entropy: bool,
+                        loss_only: bool = False):
         if self.ctx.cp == 1:
-            return call_model(model, lambda m: Learner._batch_logprobs(self, m, mb, with_entropy))
+            return call_model(model, lambda m: Learner._batch_logprobs(
+                self, m, mb, with_entropy, loss_only))
+        # context parallel: every position (the loss reads its tokens only, so the same loss)
         lp_rows, ent_rows = call_model(model, self._cp_rows, mb, with_entropy)
         lp = lp_rows.reshape(-1)[mb.gather_index]
         ent = ent_rows.reshape(-1)[mb.gather_index] if ent_rows is not None else None

@@ -93,6 +93,13 @@ class DockerFiles:
     container: Any
     workdir: str
 
+    # the sandbox's own (DockerSandbox): declared here for the methods below
+    def _require(self) -> None:
+        raise NotImplementedError
+
+    def _container_gone(self, cause: object) -> SandboxError:
+        raise NotImplementedError
+
     def _abs(self, path: str) -> str:
         """``path`` inside the workspace as an absolute path; ValueError if it leaves it
         (``..``, an absolute path elsewhere, or a symlink pointing out)."""

@@ -234,6 +234,7 @@ class LocalSandbox:
                 os.lchown(os.path.join(dirpath, n), uid, uid)
 
     def _shell_env(self) -> dict[str, str]:
+        assert self.root is not None  # start() made it
         home = "/tmp/home" if self.sandboxed else str(self.root / "tmp" / "home")
         return {
             "HOME": home,

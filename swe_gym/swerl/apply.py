@@ -174,6 +174,7 @@ def _apply_hunks(content: str, hunks: list[Hunk], path: str) -> str:
         old, new = hunk.old_new()
         # '-5,0' (pure insertion) means after line 5; otherwise the hunk starts at line 5.
         want = hunk.old_start - 1 + offset if old else hunk.old_start + offset
+        pos: int | None
         if not old:
             pos = min(max(want, 0), len(lines))
         else:

@@ -13,7 +13,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
-from swe_gym.synth.source import Mutation, SourceFile
+from swe_gym.synth.source import Located, Mutation, SourceFile
 
 Proposal = tuple[int, int, str]  # start, end, replacement
 Operator = Callable[[SourceFile, ast.AST], Iterator[Proposal]]
@@ -201,7 +201,7 @@ _REMOVABLE = (
 def _remove_stmt(src: SourceFile, stmt: ast.stmt, block: list[ast.stmt]) -> Iterator[Proposal]:
     if not src.owns_lines(stmt):
         return
-    start, end = src.line_span(stmt.lineno, stmt.end_lineno)
+    start, end = src.node_lines(stmt)
     if len(block) == 1:  # keep the block syntactically valid
         yield start, end, f"{src.indent(stmt.lineno)}pass\n"
     else:
@@ -280,7 +280,7 @@ def drop_exception_handling(src: SourceFile, node: ast.AST) -> Iterator[Proposal
             if any(line.strip() and not line.startswith(inner) for line in body):
                 continue  # a multi-line string or odd indentation: dedenting would change it
             new = "".join(line[cut:] if line.strip() else line for line in body)
-            start, end = src.line_span(stmt.lineno, stmt.end_lineno)
+            start, end = src.node_lines(stmt)
             yield start, end, new
 
 
@@ -363,9 +363,9 @@ class _Checker:
                 return None  # e.g. a multi-line string less indented than the def
         return "".join(out)
 
-    def _function(self, func: ast.AST) -> tuple[int, str, str] | None:
+    def _function(self, func: Located) -> tuple[int, str, str] | None:
         if id(func) not in self._funcs:
-            start, end = self.src.line_span(func.lineno, func.end_lineno)
+            start, end = self.src.node_lines(func)
             indent = self.src.indent(func.lineno)
             seg = self.src.text[start:end]
             body = self._dedent(seg, indent)
@@ -376,7 +376,7 @@ class _Checker:
             self._funcs[id(func)] = entry
         return self._funcs[id(func)]
 
-    def ok(self, func: ast.AST, m: Mutation) -> bool:
+    def ok(self, func: Located, m: Mutation) -> bool:
         entry = self._function(func)
         try:
             if entry is not None:

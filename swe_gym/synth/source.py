@@ -7,8 +7,26 @@ import ast
 import bisect
 import hashlib
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Mutation", "SourceFile"]
+__all__ = ["Located", "Mutation", "SourceFile", "end_of"]
+
+
+class Located(Protocol):
+    """A node with a position (``ast.stmt``, ``ast.expr``, ``ast.arg``...)."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int | None
+    end_col_offset: int | None
+
+
+def end_of(node: Located) -> tuple[int, int]:
+    """The end (line, byte column) of a node from ``ast.parse``, which always sets both
+    (typeshed has them optional: a node built by hand may lack them)."""
+    if node.end_lineno is None or node.end_col_offset is None:
+        raise ValueError(f"{type(node).__name__} at line {node.lineno} has no end position")
+    return node.end_lineno, node.end_col_offset
 
 
 @dataclass(frozen=True)
@@ -59,12 +77,10 @@ class SourceFile:
             else len(self.lines)
         )
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self.offset(node.lineno, node.col_offset), self.offset(
-            node.end_lineno, node.end_col_offset
-        )
+    def span(self, node: Located) -> tuple[int, int]:
+        return self.offset(node.lineno, node.col_offset), self.offset(*end_of(node))
 
-    def seg(self, node: ast.AST) -> str:
+    def seg(self, node: Located) -> str:
         s, e = self.span(node)
         return self.text[s:e]
 
@@ -72,11 +88,16 @@ class SourceFile:
         """Offsets covering whole lines ``first..last`` (1-based, inclusive)."""
         return self._starts[first - 1], self._starts[last]
 
+    def node_lines(self, node: Located) -> tuple[int, int]:
+        """Offsets covering the whole lines of ``node``."""
+        return self.line_span(node.lineno, end_of(node)[0])
+
     def owns_lines(self, node: ast.stmt) -> bool:
         """The statement alone occupies its lines (no ``a; b``, nothing after it)."""
-        first, last = self.lines[node.lineno - 1], self.lines[node.end_lineno - 1]
+        end_line, end_col = end_of(node)
+        first, last = self.lines[node.lineno - 1], self.lines[end_line - 1]
         before = first.encode()[: node.col_offset].decode("utf-8", "replace")
-        after = last.encode()[node.end_col_offset :].decode("utf-8", "replace").strip()
+        after = last.encode()[end_col:].decode("utf-8", "replace").strip()
         return not before.strip() and (not after or after.startswith("#"))
 
     def indent(self, lineno: int) -> str:

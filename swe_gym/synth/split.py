@@ -15,7 +15,7 @@ import argparse
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,7 +68,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _write(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 

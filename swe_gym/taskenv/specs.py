@@ -21,6 +21,7 @@ import os
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def repo_parsers() -> dict[str, str]:
     from swebench.harness import log_parsers
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    by_fn = {}
+    by_fn: dict[Callable[..., Any], str] = {}
     for name, fn in PARSER_REGISTRY.items():
         by_fn.setdefault(fn, name)
     by_fn.update(
@@ -123,7 +124,7 @@ def repo_parsers() -> dict[str, str]:
             if attr.startswith("MAP_REPO_TO_PARSER") and isinstance(table, dict):
                 for repo, fn in table.items():
                     name = fn if isinstance(fn, str) else by_fn.get(fn)
-                    if name in PARSER_REGISTRY:
+                    if name is not None and name in PARSER_REGISTRY:
                         out.setdefault(repo, name)
     return out
 

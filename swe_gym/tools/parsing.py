@@ -98,7 +98,9 @@ def fenced_blocks(text: str, limit: int | None = None) -> list[str]:
         if eol < 0:  # the last line: no body can follow it
             break
         c = text[start]
-        run = _RUN[c].match(text, start).end() - start
+        run_match = _RUN[c].match(text, start)
+        assert run_match is not None  # text[start] is c: a run of at least one
+        run = run_match.end() - start
         close = closers.first_after((c, run), start)
         if close is None:  # a shorter run, longest first: needs every closer, now all scanned
             avail = closers.runs[c]

@@ -187,6 +187,59 @@ def test_tree_with_checkpointing_and_float32():
     assert abs(tree[0] - plain[0]) <= 1e-5
 
 
+class _EveryTokenHead(Learner):
+    """The learner as it was: the head over every token, the loss masking all but its own."""
+
+    def _batch_logprobs(self, model, mb, with_entropy, loss_only=False):
+        return super()._batch_logprobs(model, mb, with_entropy, False)
+
+
+@pytest.mark.parametrize("tree", [True, False])
+@pytest.mark.parametrize("name", ["grpo", "dapo"])
+def test_the_head_runs_on_loss_tokens_only_with_the_same_step(name, tree, monkeypatch):
+    """The train step, the old (recomputed) and the reference log-probs run the vocabulary-sized
+    head on the loss tokens only (on an agent's trajectory a tenth of its tokens or less: the
+    prompt and observations are masked out): same loss, entropy and gradients as over every
+    token, to the rounding of the float32 head (module docstring)."""
+    from algos.logprobs import ChunkedTokenLogprobs
+
+    rows: list[int] = []
+    real = ChunkedTokenLogprobs.apply
+    monkeypatch.setattr(ChunkedTokenLogprobs, "apply",
+                        staticmethod(lambda h, *a: rows.append(h.shape[0]) or real(h, *a)))
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, ref = tiny_llama(seed=0), tiny_llama(seed=1)
+        samples = group_samples(6)
+        n_loss = sum(s.num_loss_tokens for s in samples)
+        runs = {}
+        for cls in (Learner, _EveryTokenHead):
+            net = copy.deepcopy(model)
+            learner = cls(net, LearnerConfig(lr=1e-3, grad_clip=None, tree_packing=tree,
+                                             tree_min_prefix=16, micro_batch_tokens=120,
+                                             log_entropy=True, **CASES[name]),
+                          ref_model=copy.deepcopy(ref))
+            rows.clear()
+            old = learner.compute_logprobs(samples, loss_only=cls is Learner)
+            metrics = learner.train_step(samples)
+            grads = {k: p.grad.clone() for k, p in net.named_parameters()}
+            runs[cls] = (metrics, old, grads, sum(rows))
+        (m, old, grads, head_rows), (m_all, old_all, grads_all, head_rows_all) = runs.values()
+        # old, (reference,) step: the loss tokens (a tree's shared ones once)
+        passes = 3 if CASES[name].get("kl_coef") else 2
+        assert head_rows <= passes * n_loss < head_rows_all
+        for s, got, want in zip(samples, old, old_all, strict=True):
+            for v, w, mask in zip(got, want, s.loss_mask, strict=True):
+                assert v == 0.0 if not mask else abs(v - w) <= LP_ATOL
+        for key in ("loss", "entropy", "kl"):
+            if key in m_all:
+                assert abs(m[key] - m_all[key]) <= LP_ATOL * max(1.0, abs(m_all[key])), key
+        for k, g in grads_all.items():
+            assert (grads[k] - g).norm() <= GRAD_RTOL * g.norm(), k
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 # ------------------------------------------------------------------------------ kernels
 
 
