@@ -165,8 +165,9 @@ def _env_task_ids(env_id: str, env_kwargs: dict[str, Any]
 
         raise unknown_choice("env id", env_id, [k for k in gymnasium.registry if "SWE" in k])
     env = gymnasium.make(env_id, **env_kwargs)
+    base: Any = env.unwrapped  # a task env (SWEEnv, SWERLEnv): its .tasks
     try:
-        tasks = list(env.unwrapped.tasks)
+        tasks = list(base.tasks)
         turns = getattr(env.unwrapped, "max_turns", None)
     finally:
         env.close()

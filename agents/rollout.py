@@ -129,19 +129,19 @@ def rollout(
                 done.wait(timeout=wait)
             ended, finished[:] = list(finished), []
         for i in ended:
-            run = active.pop(i, None)
-            if run is not None:  # None: it had already been timed out
-                results[i] = run.trajectory
+            ended_run = active.pop(i, None)
+            if ended_run is not None:  # None: it had already been timed out
+                results[i] = ended_run.trajectory
                 if progress:
-                    progress(run.trajectory)
+                    progress(ended_run.trajectory)
         if episode_timeout_s is not None:
             now = time.monotonic()
             for i, run in list(active.items()):
                 if now - run.started >= episode_timeout_s:
                     del active[i]
-                    results[i] = _timed_out(run, episode_timeout_s)
+                    results[i] = snapshot = _timed_out(run, episode_timeout_s)
                     if progress:
-                        progress(results[i])
+                        progress(snapshot)
     return [r for r in results if r is not None]
 
 

@@ -350,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, EpisodesFailed) as e:
         raise SystemExit(f"error: {e}") from None
     print(format_table(rows, RESULT_COLUMNS))
-    print(f"metrics: {Path(cfg.run_dir) / METRICS_FILE}; model: {Path(cfg.run_dir) / CHECKPOINT_DIR}")
+    run_dir = cfg.resolve_run_dir("rft")  # train_rft stored it in cfg: the same folder
+    print(f"metrics: {run_dir / METRICS_FILE}; model: {run_dir / CHECKPOINT_DIR}")
     return 0
 
 

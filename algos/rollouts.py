@@ -33,8 +33,9 @@ def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
         raise unknown_choice("env id", env_id, [k for k in gymnasium.registry if "-v" in k
                                                 and not k.startswith(("ALE", "Gym"))][:40])
     env = gymnasium.make(env_id, **env_kwargs)
+    base: Any = env.unwrapped  # a task env (SWEEnv, SWERLEnv): its .tasks
     try:
-        return [t.instance_id for t in env.unwrapped.tasks]
+        return [t.instance_id for t in base.tasks]
     finally:
         env.close()
 
@@ -44,6 +45,8 @@ def env_accepts(env_id: str, name: str) -> bool:
     import gymnasium
 
     entry = gymnasium.spec(env_id).entry_point
+    if entry is None:
+        return False
     if isinstance(entry, str):
         module, _, attr = entry.partition(":")
         entry = getattr(importlib.import_module(module), attr)

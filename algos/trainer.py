@@ -118,7 +118,10 @@ __all__ = ["DynamicSamplingExhausted", "EpisodesFailed", "Policy", "RayRollouts"
 log = logging.getLogger(__name__)
 
 LearnerFactory = Callable[..., Any]
-Boundary = tuple[int, dict[str, Any], dict[str, list[int]], int]
+# the task pool's position: its state_dict, or with async collection the producer's
+# (round, state_dict) (AsyncCollector.position)
+SamplerPosition = dict[str, Any] | tuple[int, dict[str, Any]]
+Boundary = tuple[int, SamplerPosition, dict[str, list[int]], int]
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -265,7 +268,8 @@ class Trainer:
         it already took stay in the weights."""
         iteration, sampler, solve_counts, skipped = boundary
         if iteration == self.iteration:
-            if self.collector is not None:
+            if isinstance(sampler, tuple):  # the producer's (_boundary, async collection)
+                assert self.collector is not None
                 self.collector.rewind(sampler)
             else:
                 self.sampler.load_state_dict(sampler)
@@ -405,6 +409,7 @@ class Trainer:
             with InterruptGuard() as guard:
                 try:
                     if self.validator is not None and not self.validator.rows:
+                        assert logger is not None  # both are rank 0's
                         logger.log({"iteration": 0, **self.validate()})  # before training
                     while self.iteration < cfg.iterations:
                         boundary = self._boundary()
@@ -475,7 +480,7 @@ def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
         trainer.close()
     if not trainer.dist.is_main:
         return 0
-    columns = RESULT_COLUMNS
+    columns: tuple[tuple[str, str, str], ...] = RESULT_COLUMNS
     if trainer.validator is not None:  # the table's first row is then the validation before
         columns = (*RESULT_COLUMNS[:-1], *VAL_COLUMNS, RESULT_COLUMNS[-1])
         rows = [{"iteration": 0, **metrics_of(trainer.validator.rows[0])}, *rows]

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Run the test suite: start the services the tests need (a Docker daemon on a private socket,
-# the Debian base image), run pytest, stop the daemon.
+# the Debian base image), run pytest, stop the daemon. Every test, slow ones included (CI).
+#   --fast: the fast lane instead: no Docker, -m "not slow and not docker and not vllm and not gpu"
+#           (a few minutes on 2 cores). Other arguments go to pytest either way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+args=()
+fast=0
+for a in "$@"; do
+    if [ "$a" = "--fast" ]; then fast=1; else args+=("$a"); fi
+done
+if [ "$fast" = 1 ]; then
+    exec python3 -m pytest -q -p no:cacheprovider --durations=25 \
+        -m "not slow and not docker and not vllm and not gpu" "${args[@]}"
+fi
 docker_env=$(bash .ci/docker-up.sh) || { echo "could not start the Docker daemon"; exit 1; }
 eval "$docker_env"
 trap 'bash .ci/docker-down.sh' EXIT
 python3 -m swe_gym.images base || { echo "building the Docker base image failed"; exit 1; }
-python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
+python3 -m pytest -q -p no:cacheprovider --durations=25 "${args[@]}"

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 SESSION_HEADER = "x-session-id"
 ROLES = ("system", "user", "assistant", "tool")
 # Accepted only at their no-op values: anything else would change sampling without being honoured.
-_NOOP_PARAMS = {
+_NOOP_PARAMS: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (0, 0.0, None),
     "presence_penalty": (0, 0.0, None),
     "logit_bias": (None, {}),
@@ -321,7 +321,7 @@ class Gateway:
             )
         return self.recorder.route(key_session_id(key), messages)
 
-    async def _chat(self, request: Request) -> JSONResponse:
+    async def _chat(self, request: Request) -> JSONResponse | StreamingResponse:
         try:
             try:
                 body = json.loads(await request.body())

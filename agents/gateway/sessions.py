@@ -363,7 +363,7 @@ class SessionRecorder:
             ))
             content, calls = (parse_tool_calls(gen.text, self.tool_form) if tools
                               else (gen.text, []))
-            reply = {"role": "assistant", "content": content}
+            reply: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:  # stored as the client will echo it back (normalize_message)
                 reply["tool_calls"] = normalize_tool_calls(calls, "reply")
             session.messages = [*messages, reply]

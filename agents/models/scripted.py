@@ -77,7 +77,7 @@ class ScriptedModel:
         replies: Sequence[Reply]
         if isinstance(self.responses, Mapping):
             task_id = conversation.metadata.get("task_id")
-            if task_id not in self.responses:
+            if not isinstance(task_id, str) or task_id not in self.responses:
                 raise ScriptExhausted(
                     f"no scripted replies for task {task_id!r}; the script has "
                     f"{sorted(self.responses)[:10]}"

@@ -226,7 +226,9 @@ class TransformersModel:
                 kwargs.update(gguf_file=gguf_file, quantization_config=GgufConfig(dequantize=True))
             if device is None:
                 device = "cuda" if torch.cuda.is_available() else "cpu"
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device)
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            # transformers' stubs give .to the wrapper's signature (it takes the model)
+            model = model.to(device)  # type: ignore[arg-type]
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
             default_name = Path(gguf_file or source).name or source

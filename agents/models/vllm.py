@@ -140,7 +140,7 @@ class VLLMModel:
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
-            dtype=dtype,
+            dtype=dtype,  # type: ignore[arg-type]  # a str from the config; vLLM checks the name
             seed=seed,
             enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
             logprobs_mode="processed_logprobs",

@@ -27,7 +27,7 @@ def _wrapped(src: SourceFile, node: ast.expr) -> str:
 
 
 def _op_between(
-    src: SourceFile, left: ast.AST, right: ast.AST, pattern: str, repl: str
+    src: SourceFile, left: ast.expr, right: ast.expr, pattern: str, repl: str
 ) -> Iterator[Proposal]:
     """Replace the operator token found between two operands (parens and spaces around it)."""
     lo, hi = src.span(left)[1], src.span(right)[0]
@@ -308,10 +308,14 @@ OPERATORS: dict[str, Operator] = {
 }
 
 
-def _function_nodes(tree: ast.Module) -> Iterator[tuple[str, ast.AST, list[ast.AST]]]:
+def _function_nodes(
+    tree: ast.Module,
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, list[ast.AST]]]:
     """(qualname, function node, nodes of its body that belong to it and not to nested defs)."""
 
-    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST, list[ast.AST]]]:
+    def walk(
+        node: ast.AST, prefix: str
+    ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, list[ast.AST]]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
                 yield from walk(child, f"{prefix}{child.name}.")
