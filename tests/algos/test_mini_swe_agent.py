@@ -4,8 +4,7 @@ them and every recorded turn becomes training tokens."""
 
 from __future__ import annotations
 
-import re
-import shlex
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +21,6 @@ from algos.scoring import Counters, Scored, to_samples  # noqa: E402
 
 AGENT = "examples.mini_swe_agent:make_agent"
 TASK = "starter__tinystats-2"
-README = Path(__file__).resolve().parents[2] / "examples" / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -98,30 +96,41 @@ def test_a_gateway_error_ends_the_episode_at_once(tokenizer, monkeypatch):
     assert traj.finish_reason == "context_overflow" and traj.wall_s < 60, traj.error
 
 
-def _readme_command(word: str) -> list[str]:
-    """The command of examples/README.md that names ``word``, as argv (after ``python -m X``)."""
-    text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
-    commands = [c.split("#")[0] for b in blocks for c in b.replace("\\\n", " ").splitlines()]
-    (command,) = [c for c in commands if word in c]
-    argv = shlex.split(command)
-    assert argv[:2] == ["python", "-m"], command
-    return argv[2:]
+# One DAPO iteration, as small as it goes: 1 problem x group 2 (DAPO's default of 300 problems
+# per iteration draws the one task 300 times: 600 graded episodes, what made an earlier attempt
+# time out), the scripted oracle without its looking around as the sampler (edit, submit: a
+# resolved episode in 2 turns, the shortest trajectory the learner's vocabulary-sized head runs
+# over), a tiny random policy, every sample kept (--filter none: equal rewards in the group, so
+# DAPO's filter would drop it and refill) and one optimiser step.
+TINY_DAPO = ["--tasks", TASK, "--policy", "tiny-random", "--agent", AGENT, "--iterations", "1",
+             "--problems-per-iteration", "1", "--group-size", "2", "--batch-size", "2",
+             "--filter", "none", "--max-refill-rounds", "0", "--length-penalty", "false",
+             "--max-turns", "4", "--max-new-tokens", "512", "--max-context-tokens", "4096",
+             "--progress", "false"]
 
 
-@pytest.mark.slow
-def test_readme_rft_command_trains_on_mini_swe_agent_episodes(tmp_path: Path):
-    """examples/README.md's ``python -m algos.rft ... --agent examples.mini_swe_agent:...``, as
-    written (plus a run folder): the resolved episode is kept and trained on."""
+def test_one_tiny_dapo_iteration_trains_on_mini_swe_agent_episodes(tmp_path: Path):
+    """``python -m algos.dapo --agent examples.mini_swe_agent:make_agent``: one iteration end to
+    end (rollouts through the gateway, the env's grading, one learner step, a checkpoint)."""
     from agents.trajectory import Trajectory
-    from algos import rft
+    from algos import dapo
+    from algos.report import EPISODES_DIR
     from algos.run_io import read_metrics
+    from swe_gym.oracle import oracle_actions
+    from swe_gym.tasks import load_tasks
 
-    module, *args = _readme_command("algos.rft --rollout-model oracle --tasks starter__tinystats-2")
-    assert module == "algos.rft" and AGENT in args
+    (task,) = [t for t in load_tasks("starter") if t.instance_id == TASK]
+    script = tmp_path / "oracle.json"
+    script.write_text(json.dumps({TASK: oracle_actions(task, explore=False)}), encoding="utf-8")
     run = tmp_path / "run"
-    assert rft.main([*args, "--progress", "false", "--run-dir", str(run)]) == 0
-    (kept,) = Trajectory.load_jsonl(run / "rft_data.jsonl")
-    assert kept.resolved and kept.token_exact and kept.agent["program"] == AGENT
-    assert len(read_metrics(run)) >= 1
-
+    assert dapo.main([*TINY_DAPO, "--rollout-model", f"scripted:{script}",
+                      "--run-dir", str(run)]) == 0
+    (row,) = read_metrics(run)
+    assert (row["episodes"], row["kept"], row["optimizer_steps"]) == (2, 2, 1), row
+    assert row["resolved_rate"] == 1.0 and row["rollout_errors"] == 0
+    assert row["segments"] == 2 and row["prefix_failures"] == 0  # every turn trained
+    episodes = [t for f in sorted((run / EPISODES_DIR).glob("iter-*.jsonl"))
+                for t in Trajectory.load_jsonl(f)]
+    assert len(episodes) == 2 and all(t.num_turns == 2 for t in episodes)
+    assert all(t.resolved and t.token_exact and t.agent["program"] == AGENT for t in episodes)
+    assert (run / "checkpoint").is_dir()
