@@ -29,9 +29,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 ATTN_NAME = "packed_sdpa"
 
@@ -69,7 +73,7 @@ def packed_sdpa_forward(
         raise ValueError(f"packed_sdpa with cu_seq_lens_q needs one packed row; got batch "
                          f"{query.shape[0]}")
     kernel = varlen_kernel(query, dropout, max_length_q)
-    if kernel is not None:
+    if kernel is not None and max_length_q is not None:  # a kernel needs it (varlen_kernel)
         out = _varlen_forward(kernel, query, key, value, cu_seq_lens_q, max_length_q, scaling)
         if out is not None:
             return out, None
@@ -192,10 +196,11 @@ def use_packed_attention(model: nn.Module) -> bool:
 
 def set_attention(model: nn.Module, name: str) -> nn.Module:
     """Switch an already-built HF model to the registered attention implementation ``name``."""
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
+    set_impl = getattr(model, "set_attn_implementation", None)  # an HF model's
+    if set_impl is not None:
+        set_impl(name)
     else:  # older transformers
-        model.config._attn_implementation = name
+        cast("PretrainedConfig", model.config)._attn_implementation = name
     return model
 
 

@@ -21,12 +21,15 @@ import random
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 from safetensors.torch import load_file
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 STATE_FILE = "learner_state.pt"
 CONFIG_FILE = "learner_config.json"
@@ -103,7 +106,7 @@ def save_checkpoint(
     tmp = dest.parent / f"{_tmp_prefix(dest)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        model.save_pretrained(tmp)
+        cast("PreTrainedModel", model).save_pretrained(tmp)  # an HF model
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         state = {

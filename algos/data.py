@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -99,7 +100,8 @@ class MicroBatch:
         return int((self.segment_ids >= 0).sum())
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()}
+        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v)
+                                 for k, v in vars(self).items()}
         return MicroBatch(**moved)
 
     def attention_mask(self, attn_implementation: str | None, dtype: torch.dtype) -> Tensor | None:

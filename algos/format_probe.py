@@ -49,7 +49,7 @@ def greedy_match_rate(model: Any, trajectories: Sequence[Any], limit: int,
     tokens before it."""
     order = list(range(len(trajectories)))
     random.Random(seed).shuffle(order)
-    turns = []  # whole trajectories at random: one forward pass scores all of its turns
+    turns: list[tuple[int, int]] = []  # whole trajectories at random: one forward pass scores all of its turns
     for k in order:
         for j, turn in enumerate(trajectories[k].turns):
             if not turn.invalid_action and turn.completion_ids and len(turns) < limit:

@@ -141,9 +141,9 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
                 g.mul_(inv_temp)  # chain rule through z = raw / tau
             g_in = g.to(hidden.dtype)
             del g
-            if need_h:
+            if grad_h is not None:  # need_h
                 torch.mm(g_in, weight, out=grad_h[s:e])
-            if need_w:
+            if grad_w is not None:  # need_w
                 if grad_w.dtype == g_in.dtype:
                     grad_w.addmm_(g_in.t(), hidden[s:e])
                 else:
@@ -252,7 +252,8 @@ def lm_head(model: nn.Module) -> tuple[Tensor, Tensor | None]:
                 f"{type(model).__name__} post-processes logits ({opt}={value}); the chunked "
                 "log-prob path supports a plain linear head only"
             )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)  # an HF model's
+    head = get_head() if get_head is not None else None
     if head is None or not isinstance(getattr(head, "weight", None), Tensor):
         raise ValueError(
             f"{type(model).__name__} has no linear output embedding (get_output_embeddings())"
@@ -327,12 +328,12 @@ def model_token_logprobs(
             return values.new_zeros(input_ids.numel()).index_copy(0, positions, values).view(
                 input_ids.shape)
 
-        return (row(out[0]), row(out[1])) if return_entropy else row(out)
+        return (row(out[0]), row(out[1])) if isinstance(out, tuple) else row(out)
     out = token_logprobs(h[:, :-1], weight, input_ids[:, 1:], bias=bias, temperature=temperature,
                          chunk_size=chunk_size, return_entropy=return_entropy,
                          compute_dtype=head_dtype)
     pad = torch.zeros(input_ids.shape[0], 1, dtype=torch.float32, device=input_ids.device)
-    if return_entropy:
+    if isinstance(out, tuple):  # return_entropy
         lp, ent = out
         return torch.cat([pad, lp], 1), torch.cat([pad, ent], 1)
     return torch.cat([pad, out], 1)

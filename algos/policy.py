@@ -128,9 +128,10 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
 
         extra: dict[str, Any] = {}
         if getattr(cfg, "yarn_factor", None):  # the engine must use the same extended rope
+            model_config: Any = model.config  # an HF config: its rope fields vary by model
             extra["hf_overrides"] = {
-                "rope_parameters": model.config.rope_parameters,
-                "max_position_embeddings": model.config.max_position_embeddings}
+                "rope_parameters": model_config.rope_parameters,
+                "max_position_embeddings": model_config.max_position_embeddings}
         policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
                                    dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
                                    gpu_memory_utilization=cfg.engine_gpu_memory, **extra)

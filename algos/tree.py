@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -118,7 +119,8 @@ class TreeMicroBatch(MicroBatch):
     plain_tokens: int = 0
 
     def to(self, device: torch.device | str) -> TreeMicroBatch:
-        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()}
+        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v)
+                                 for k, v in vars(self).items()}
         return TreeMicroBatch(**moved)
 
     def attention_mask(self, attn_implementation: str | None, dtype: torch.dtype) -> Tensor:
@@ -262,6 +264,7 @@ def tree_token_logprobs(
     with ctx:
         h = hidden_states(model, input_ids, attention_mask=attention_mask,
                           position_ids=position_ids, **model_kwargs)
+    assert mb.parent_index is not None  # pack_trees sets it on every tree row
     parent = mb.parent_index[0]
     child = (parent >= 0).nonzero().squeeze(1) if positions is None else positions
     weight, bias = lm_head(model)
@@ -273,6 +276,6 @@ def tree_token_logprobs(
     def row(values: Tensor) -> Tensor:
         return values.new_zeros(length).index_copy(0, child, values)[None]
 
-    if return_entropy:
+    if isinstance(out, tuple):  # return_entropy
         return row(out[0]), row(out[1])
     return row(out)

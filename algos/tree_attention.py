@@ -19,6 +19,9 @@ packed rows, so activation checkpointing replays it in the recomputation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -157,7 +160,7 @@ class TreeLayout:
         global _compiled_flex
         from torch.nn.attention.flex_attention import flex_attention
 
-        fn = flex_attention
+        fn: Callable[..., Any] = flex_attention
         if query.is_cuda:  # eager flex is unfused; the compiled one is the kernel
             if _compiled_flex is None:
                 _compiled_flex = torch.compile(flex_attention, dynamic=True)

@@ -174,10 +174,9 @@ def shard_model(
     model.to(ctx.device)
     layers = _decoder_layers(model)
     if activation_checkpointing:
-        if hasattr(model, "gradient_checkpointing_enable"):
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+        enable = getattr(model, "gradient_checkpointing_enable", None)  # an HF model's
+        if enable is not None:
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
             raise ValueError(f"{type(model).__name__} has no gradient_checkpointing_enable()")
     if not ctx.distributed:
@@ -217,7 +216,8 @@ def _install_call(model: nn.Module) -> None:
     """
     from torch.distributed.fsdp import register_fsdp_forward_method
 
-    model._fsdp_call = types.MethodType(_fsdp_call, model)
+    # torch types Module.__setattr__ for tensors and modules only; a bound method is stored as is
+    model._fsdp_call = types.MethodType(_fsdp_call, model)  # type: ignore[assignment]
     register_fsdp_forward_method(model, "_fsdp_call")
 
 
@@ -259,7 +259,7 @@ def clip_grad_norm_(params: Iterable[nn.Parameter], max_norm: float) -> float:
     return float(norm)
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def full_state_dict(model: nn.Module) -> dict[str, Any]:
     """Unsharded CPU state dict on every rank (collective). For tests and small models."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -271,7 +271,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(
-    ckpt_dir: str | Path,
+    ckpt_dir: str | os.PathLike[str],
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
     ctx: DistContext,
@@ -306,7 +306,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    ckpt_dir: str | Path,
+    ckpt_dir: str | os.PathLike[str],
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
     ctx: DistContext,
@@ -323,6 +323,7 @@ def load_checkpoint(
     ckpt_dir = Path(ckpt_dir)
     if not (ckpt_dir / ".metadata").exists():
         raise FileNotFoundError(f"{ckpt_dir} is not a DCP checkpoint (no .metadata file)")
+    state: dict[str, Any]
     if optimizer is not None:
         msd, osd = get_state_dict(model, optimizer)
         state = {"model": msd, "optim": osd}

@@ -142,7 +142,7 @@ class DistributedLearner(Learner):
         out = token_logprobs(h, weight, sh["targets"], bias=bias, temperature=cfg.temperature,
                              chunk_size=cfg.logprob_chunk_size, return_entropy=with_entropy,
                              compute_dtype=torch.bfloat16 if cfg.bf16 and h.is_cuda else None)
-        lp, ent = out if with_entropy else (out, None)
+        lp, ent = out if isinstance(out, tuple) else (out, None)
 
         def whole(x: Tensor) -> Tensor:
             parts = _GatherCP.apply(x, ctx.cp_group)

@@ -144,6 +144,7 @@ class EngineProxy:
         self.engines = list(engines)
         # trajectories record the engine's model name, not the proxy's
         self.name = name or ray.get(self.engines[0].name.remote())
+        self.tokenizer: Any = None  # set by the worker (algos.policy.engine_client)
 
     def _pick(self, conversation: Any) -> Any:
         # sticky per episode: the first message identifies the conversation -> prefix cache hits
@@ -244,14 +245,15 @@ class RayRolloutPool:
         self.config = config
         self.model_factory = model_factory
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        limiter_cls: Any = NodeStartLimiter  # a Ray actor class (@ray.remote): untyped handles
         self.limiters = {
-            nid: NodeStartLimiter.options(
+            nid: limiter_cls.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
             ).remote(config.max_sandbox_starts_per_node)
             for nid in nodes
         }
         engine_cls = ray.remote(InferenceEngine)
-        self.engines = [
+        self.engines: list[Any] = [  # Ray actor handles
             engine_cls.options(num_cpus=config.engine_num_cpus, num_gpus=config.engine_num_gpus,
                                max_concurrency=config.engine_concurrency,
                                scheduling_strategy="SPREAD").remote(model_factory)
