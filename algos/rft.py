@@ -54,7 +54,9 @@ from algos.run_io import (
     METRICS_FILE,
     InterruptGuard,
     MetricsLogger,
+    checkpoint_due,
     format_table,
+    save_interrupted,
     seed_everything,
 )
 from algos.scoring import (
@@ -322,13 +324,11 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
                               f"(best {probe.best:.3f}): stopping after epoch {epoch + 1}",
                               file=sys.stderr)
                         total = done
-                    if done == total or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+                    if checkpoint_due(done, total, cfg.checkpoint_every):
                         with guard.critical():
                             save()
             except KeyboardInterrupt:
-                print(f"\ninterrupted: saving a checkpoint at step {done}", file=sys.stderr)
-                save()
-                print(f"continue with: python -m algos.rft --resume {run_dir}", file=sys.stderr)
+                save_interrupted(save, f"step {done}", "rft", run_dir, ckpt)
                 raise
     finally:
         if bar is not None:

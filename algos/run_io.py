@@ -12,7 +12,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,24 @@ class InterruptGuard:
         if self._pending and not self._critical:
             self._pending = False
             raise KeyboardInterrupt
+
+
+def checkpoint_due(done: int, total: int, every: int) -> bool:
+    """Whether a training loop saves after unit ``done`` of ``total`` (an RL iteration, an RFT
+    step): after the last one, and every ``every`` (``checkpoint_every``; 0: the last only)."""
+    return done == total or bool(every and done % every == 0)
+
+
+def save_interrupted(save: Callable[[], None], at: str, algo: str, run_dir: Path,
+                     checkpoint_dir: Path, rank: int | None = None) -> None:
+    """Ctrl-C's end of a training loop (RL and RFT): say where it stopped (``at``), ``save`` a
+    checkpoint and print the command that continues the run; the caller then re-raises the
+    KeyboardInterrupt (its ``main`` exits 130)."""
+    who = "" if rank is None else f"[rank {rank}] "
+    print(f"\n{who}interrupted: saving a checkpoint at {at}", file=sys.stderr)
+    save()
+    print(f"checkpoint written to {checkpoint_dir}; continue with: "
+          f"python -m algos.{algo} --resume {run_dir}", file=sys.stderr)
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:

@@ -92,11 +92,13 @@ from algos.run_io import (
     MetricsLogger,
     ProgressBar,
     broadcast_object,
+    checkpoint_due,
     format_table,
     iteration_row,
     load_checkpoint_state,
     read_metrics,
     reduce_step_metrics,
+    save_interrupted,
     save_sharded,
     seed_everything,
     write_solve_rates,
@@ -429,9 +431,7 @@ class Trainer:
                             logger.log(row)
                             self.rows.append(row)
                         bar.iteration(row)
-                        last = self.iteration == cfg.iterations
-                        if last or (cfg.checkpoint_every and
-                                    self.iteration % cfg.checkpoint_every == 0):
+                        if checkpoint_due(self.iteration, cfg.iterations, cfg.checkpoint_every):
                             with guard.critical():
                                 self.save()
                 except KeyboardInterrupt:
@@ -439,14 +439,9 @@ class Trainer:
                     if self.collector is not None:
                         self.collector.close()
                     self._rewind(boundary)
-                    print(f"\n[rank {self.dist.rank}] interrupted: saving a checkpoint at "
-                          f"iteration {self.iteration} "
-                          f"(optimizer step {getattr(self.learner, 'step', '?')})",
-                          file=sys.stderr)
-                    self.save()
-                    print(f"checkpoint written to {self.checkpoint_dir}; continue with: "
-                          f"python -m algos.{self.algo} --resume {self.run_dir}",
-                          file=sys.stderr)
+                    save_interrupted(self.save, f"iteration {self.iteration} (optimizer step "
+                                     f"{getattr(self.learner, 'step', '?')})", self.algo,
+                                     self.run_dir, self.checkpoint_dir, rank=self.dist.rank)
                     raise
         finally:
             if self.collector is not None:  # no producer thread outlives run()

@@ -101,3 +101,36 @@ def test_save_episodes_is_validated():
         RFTConfig(save_episodes=-1)
     with pytest.raises(ValueError, match="unknown save_episodes_sampling 'grups'"):
         RFTConfig(save_episodes_sampling="grups")
+
+
+
+def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
+        trajectories_with_invalid_turn, tmp_path, capsys):
+    """Ctrl-C in a step ends RFT as it ends the RL loop (run_io.save_interrupted): the steps done
+    are checkpointed, the command that continues is printed, and --resume runs the rest."""
+    from algos.trainer import default_learner_factory
+
+    def interrupted_at_step_2(model, lcfg, **kw):
+        learner = default_learner_factory(model, lcfg, **kw)
+        step, calls = learner.train_step, []
+
+        def train_step(batch):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return step(batch)
+
+        learner.train_step = train_step
+        return learner
+
+    run = tmp_path / "run"
+    cfg = RFTConfig(trajectories=[str(trajectories_with_invalid_turn)], policy="tiny-random",
+                    batch_size=1, epochs=3, progress=False, run_dir=str(run))
+    with pytest.raises(KeyboardInterrupt):
+        rft.train_rft(cfg, learner_factory=interrupted_at_step_2)
+    err = capsys.readouterr().err
+    assert "interrupted: saving a checkpoint at step 1" in err
+    assert f"continue with: python -m algos.rft --resume {run}" in err
+    assert [r["step"] for r in read_metrics(run)] == [1]
+    assert rft.main(["--resume", str(run), "--progress", "false"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
