@@ -124,6 +124,11 @@ class RFTConfig(RunConfig):
     save_episodes_sampling: str = "groups"
     """Which episodes are saved when there are more than save_episodes: groups (whole tasks at
     random) or random (episodes at random)."""
+    tree_packing: bool = True
+    """Shared-prefix packing in the learner: a task's runs in one batch share its prompt (found
+    from the token ids), computed once, each run's continuation attending to it (algos.tree);
+    same loss and gradients as plain packing. The metrics rows show tokens_computed against
+    tokens_plain."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -159,7 +164,7 @@ class RFTConfig(RunConfig):
             warmup_steps=warmup, schedule="cosine", total_steps=total_steps, min_lr_ratio=0.0,
             micro_batch_tokens=self.micro_batch_tokens, bf16=self.bf16,
             grad_checkpointing=self.grad_checkpointing, loss="sft", agg_mode="token-mean",
-            temperature=self.temperature,
+            temperature=self.temperature, tree_packing=self.tree_packing,
         )
 
 

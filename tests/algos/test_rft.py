@@ -103,6 +103,30 @@ def test_save_episodes_is_validated():
         RFTConfig(save_episodes_sampling="grups")
 
 
+def test_tree_packing_switch_reaches_the_learner(trajectories_with_invalid_turn, smollm2_tok,
+                                                 tmp_path):
+    """``--tree-packing`` (on by default, as in GRPO/DAPO): two runs of one task in a batch share
+    its prompt, computed once when on, twice when off; the same loss either way."""
+    from agents.models import OracleModel
+
+    (scripted,) = Trajectory.load_jsonl(trajectories_with_invalid_turn)
+    oracle = rollout("SWEStarter-v0", OracleModel(tokenizer=smollm2_tok, explore=False), [TASKS[0]],
+                     n_per_task=1)
+    path = tmp_path / "two_runs.jsonl"
+    Trajectory.save_jsonl([scripted, *oracle], path)
+    rows = {}
+    for switch in ("true", "false"):
+        run = tmp_path / f"run-{switch}"
+        assert rft.main(["--trajectories", str(path), "--policy", "tiny-random", "--batch-size",
+                         "2", "--tree-packing", switch, "--progress", "false",
+                         "--run-dir", str(run)]) == 0
+        (rows[switch],) = read_metrics(run)
+    on, off = rows["true"], rows["false"]
+    assert on["tokens_plain"] == off["tokens_plain"] == off["tokens_computed"]
+    assert on["tokens_computed"] < on["tokens_plain"]  # the shared prompt once
+    assert on["loss"] == pytest.approx(off["loss"], rel=1e-5)
+    assert RFTConfig().learner_config(1).tree_packing
+
 
 def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
         trajectories_with_invalid_turn, tmp_path, capsys):
