@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite: start the services the tests need (a Docker daemon on a private socket,
-# the Debian base image), run pytest, stop the daemon. Every test, slow ones included (CI).
+# the Debian base image), run the linters (scripts/lint.sh: ruff check, mypy; a finding fails the
+# run), run pytest, stop the daemon. Every test, slow ones included (CI).
 #   --fast: the fast lane instead: no Docker, -m "not slow and not docker and not vllm and not gpu"
 #           (a few minutes on 2 cores). Other arguments go to pytest either way.
 set -uo pipefail
@@ -14,6 +15,7 @@ if [ "$fast" = 1 ]; then
     exec python3 -m pytest -q -p no:cacheprovider --durations=25 \
         -m "not slow and not docker and not vllm and not gpu" "${args[@]}"
 fi
+bash scripts/lint.sh || { echo "lint failed (ruff check, mypy): see above"; exit 1; }
 docker_env=$(bash .ci/docker-up.sh) || { echo "could not start the Docker daemon"; exit 1; }
 eval "$docker_env"
 trap 'bash .ci/docker-down.sh' EXIT

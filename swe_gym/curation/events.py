@@ -116,7 +116,7 @@ def _lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, str]]:
     with a recorded bad line instead of an exception; undecodable bytes are replaced."""
     raw: io.BufferedIOBase
     if path.suffix == ".gz":
-        raw = gzip.open(path, "rb")  # type: ignore[assignment]
+        raw = gzip.open(path, "rb")
     else:
         raw = path.open("rb")
     lineno = 0
