@@ -200,7 +200,7 @@ def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
 
 
 def run_agent_rollouts(spec: Any, sampler: Any, task_ids: Sequence[str], n_per_task: int,
-                       seed: int, progress: Callable[[Any], None] | None = None
+                       seed: int, progress: Callable[[Trajectory], None] | None = None
                        ) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order, episode ``j`` seeded ``seed + j``)
     of ``spec.agent``'s program, ``spec.concurrency`` at once, through a gateway in front of

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.trajectory import Trajectory
 from algos.async_rollouts import AsyncRollouts, split_stale, staleness_metrics
 from algos.config import ConfigError
 from algos.rollouts import (
@@ -35,7 +36,7 @@ class ProducedRound:
     """One round as the producer made it."""
 
     problems: list[str]
-    trajs: list[Any]
+    trajs: list[Trajectory]
     sampler_state: dict[str, Any]  # the task sampler after this round's tasks were drawn
 
 
@@ -99,10 +100,10 @@ class AsyncCollector:
                              self.plan.seed + 1_000 * index)
         return ProducedRound(problems, trajs, state)
 
-    def collect(self, scoring: ScoringSpec, reward_fn: Callable[[Any], float] | None,
+    def collect(self, scoring: ScoringSpec, reward_fn: Callable[[Trajectory], float] | None,
                 counters: Counters, *, iteration: int, learner_version: int,
                 solve_counts: dict[str, list[int]],
-                tick: Callable[[Any], None] | None = None) -> tuple[Collected, Staleness]:
+                tick: Callable[[Trajectory], None] | None = None) -> tuple[Collected, Staleness]:
         """Take rounds until ``plan.needed`` samples survive (at most ``max_refill_rounds``
         extra rounds; a round whose groups were all too stale is not counted as one). Groups
         more than ``max_staleness`` versions behind ``learner_version`` are dropped whole
@@ -112,7 +113,7 @@ class AsyncCollector:
         assert self._source is not None
         kept: list[Scored] = []
         rewards: list[float] = []
-        episodes: list[Any] = []
+        episodes: list[Trajectory] = []
         stale = Staleness()
         rounds = group_base = 0
         while True:

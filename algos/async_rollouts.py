@@ -27,7 +27,10 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from agents.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ class AsyncRollouts(Generic[T]):
 # ------------------------------------------------------------------------------------------
 
 
-def oldest_version(trajs: Sequence[Any]) -> int | None:
+def oldest_version(trajs: Sequence[Trajectory]) -> int | None:
     """The smallest turn version over ``trajs`` (each with ``policy_version_min``); None when
     no turn recorded one (e.g. episodes that failed before their first generation)."""
     versions = [v for v in (getattr(t, "policy_version_min", None) for t in trajs)
@@ -182,7 +185,7 @@ class StalenessSplit:
     dropped_groups: int = 0
 
 
-def split_stale(trajs: Sequence[Any], groups: Sequence[int], learner_version: int,
+def split_stale(trajs: Sequence[Trajectory], groups: Sequence[int], learner_version: int,
                 max_staleness: int) -> StalenessSplit:
     """Keep or drop whole groups by their oldest turn (module docstring).
 

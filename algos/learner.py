@@ -36,7 +36,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -215,6 +215,35 @@ class _Metrics:
             else:
                 out[k] = v / self.weights[k]
         return out
+
+
+class PolicyLearner(Protocol):
+    """What the loops (``algos.trainer``, ``algos.rft``, ``algos.run_io``) use of a learner:
+    :class:`Learner` in one process, ``algos.distributed.learner.DistributedLearner`` (FSDP2,
+    which adds ``ctx``) under torchrun. ``step`` is the optimiser step, the version of the weights
+    pushed to the engine."""
+
+    step: int
+    skipped_steps: int
+
+    @property
+    def model(self) -> nn.Module: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def scheduler(self) -> torch.optim.lr_scheduler.LRScheduler: ...
+
+    def train_step(self, samples: Sequence[Sample]) -> dict[str, float]: ...
+
+    def compute_logprobs(self, samples: Sequence[Sample], model: nn.Module | None = None, *,
+                         loss_only: bool = False) -> list[list[float]]: ...
+
+    def save_checkpoint(self, directory: str | os.PathLike[str],
+                        extra_state: dict[str, Any] | None = None) -> None: ...
+
+    def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]: ...
 
 
 class Learner:

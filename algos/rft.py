@@ -67,7 +67,7 @@ from algos.scoring import (
     count_rollout_error,
     episode_samples,
 )
-from algos.trainer import default_learner_factory
+from algos.trainer import LearnerFactory, default_learner_factory
 from swe_gym.errors import unknown_choice
 
 DATA_FILE = "rft_data.jsonl"
@@ -237,7 +237,7 @@ class FormatProbe:
 
 
 def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
-              learner_factory: Any = default_learner_factory) -> list[dict[str, Any]]:
+              learner_factory: LearnerFactory = default_learner_factory) -> list[dict[str, Any]]:
     """The whole RFT run; returns one metrics row per optimiser step."""
     from agents.trajectory import Trajectory
 

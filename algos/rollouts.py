@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agents.trajectory import Trajectory
 from algos.config import ConfigError
 from algos.scoring import Counters, Scored, ScoringSpec, score_groups
 from swe_gym.errors import unknown_choice
@@ -169,11 +170,11 @@ class EpisodeRunner(Protocol):
     """A sampler that runs whole episodes itself (``algos.policy.RayRollouts``)."""
 
     def run_episodes(self, task_ids: Sequence[str], n_per_task: int, seed: int,
-                     progress: Callable[[Any], None] | None = None) -> list[Any]: ...
+                     progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]: ...
 
 
 def run_rollouts(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], n_per_task: int,
-                 seed: int, progress: Callable[[Any], None] | None = None) -> list[Any]:
+                 seed: int, progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``, or the
     sampler's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds."""
     from agents.rollout import rollout
@@ -250,35 +251,37 @@ class Collected:
     kept: list[Scored]
     rounds: int
     rewards: list[float]
-    episodes: list[Any]
+    episodes: list[Trajectory]
 
 
 def roll_out_groups(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], group_size: int,
                     seed: int, group_base: int = 0,
-                    progress: Callable[[Any], None] | None = None) -> tuple[list[Any], list[int]]:
+                    progress: Callable[[Trajectory], None] | None = None) -> tuple[list[Trajectory], list[int]]:
     """``group_size`` episodes per task; returns ``(trajectories, group index of each)`` with
     groups numbered from ``group_base`` (one per task, task-major)."""
     trajs = run_rollouts(spec, sampler, task_ids, group_size, seed, progress)
     return trajs, [group_base + i // group_size for i in range(len(trajs))]
 
 
-def count_solves(solve_counts: dict[str, list[int]], trajs: Sequence[Any]) -> None:
+def count_solves(solve_counts: dict[str, list[int]], trajs: Sequence[Trajectory]) -> None:
     """``solve_counts[task] = [attempts, resolved]``, updated in place."""
     for t in trajs:
+        if t.task_id is None:  # not drawn from the pool (the loops always name the task)
+            continue
         a, r = solve_counts.setdefault(t.task_id, [0, 0])
         solve_counts[t.task_id] = [a + 1, r + int(bool(t.resolved))]
 
 
 def collect(plan: CollectPlan, scoring: ScoringSpec, spec: RolloutSpec, tasks: TaskSampler,
-            sampler: Any, reward_fn: Callable[[Any], float] | None, counters: Counters, *,
+            sampler: Any, reward_fn: Callable[[Trajectory], float] | None, counters: Counters, *,
             iteration: int, solve_counts: dict[str, list[int]],
-            tick: Callable[[Any], None] | None = None) -> Collected:
+            tick: Callable[[Trajectory], None] | None = None) -> Collected:
     """Iteration ``iteration`` (0-based): roll out groups of the tasks ``tasks`` hands out with
     ``sampler``, score and filter them, and refill while fewer than ``plan.needed`` survive
     (at most ``plan.max_refill_rounds`` extra rounds)."""
     kept: list[Scored] = []
     rewards: list[float] = []
-    episodes: list[Any] = []
+    episodes: list[Trajectory] = []
     rounds = group_base = 0
     n_problems = plan.problems_per_iteration
     while True:

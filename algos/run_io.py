@@ -21,7 +21,7 @@ import torch
 
 from algos.data import Sample
 from algos.distributed.fsdp import DistContext
-from algos.learner import Learner
+from algos.learner import PolicyLearner
 from algos.scoring import Counters
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ def find_checkpoint(directory: Path) -> Path | None:
         return None
 
 
-def load_sharded_into(learner: Learner, ckpt: Path) -> dict[str, Any]:
+def load_sharded_into(learner: PolicyLearner, ckpt: Path) -> dict[str, Any]:
     """Load a sharded checkpoint (any world size) into a single-process Learner; returns its
     extra state. DCP reshards the weights and optimizer state on load."""
     from algos.distributed import fsdp
@@ -268,7 +268,7 @@ def load_sharded_into(learner: Learner, ckpt: Path) -> dict[str, Any]:
     return extra["extra_state"] or {}
 
 
-def save_sharded(learner: Any, dest: Path, dist: DistContext, extra: dict[str, Any]) -> None:
+def save_sharded(learner: PolicyLearner, dest: Path, dist: DistContext, extra: dict[str, Any]) -> None:
     """A DistributedLearner's DCP save into a temporary sibling of ``dest``, then renamed into
     place by rank 0, so a run killed mid-save keeps its previous checkpoint (as the
     single-process save does). Collective: every rank calls it."""
@@ -285,7 +285,7 @@ def save_sharded(learner: Any, dest: Path, dist: DistContext, extra: dict[str, A
     dist.barrier()
 
 
-def load_checkpoint_state(learner: Any, directory: Path) -> dict[str, Any] | None:
+def load_checkpoint_state(learner: PolicyLearner, directory: Path) -> dict[str, Any] | None:
     """Load ``directory``'s checkpoint (single-process or sharded, any world size) into
     ``learner``; returns the extra state saved with it, or ``None`` when there is none."""
     from algos.config import ConfigError
@@ -365,7 +365,8 @@ def mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
 
 def iteration_row(iteration: int, counters: Counters, *, rounds: int, rewards: Sequence[float],
                   advantages: Sequence[float], n_samples: int,
-                  step_metrics: list[dict[str, float]], learner: Any, skipped_iterations: int,
+                  step_metrics: list[dict[str, float]], learner: PolicyLearner,
+                  skipped_iterations: int,
                   times: dict[str, float]) -> dict[str, Any]:
     """An RL iteration's metrics row: its counts, rewards (every scored episode), advantages
     (the kept ones), steps and timings, then the mean of the learner's step metrics."""
@@ -378,9 +379,9 @@ def iteration_row(iteration: int, counters: Counters, *, rounds: int, rewards: S
         "kept": n_samples,
         "filtered_frac": counters.filtered / max(1, counters.episodes),
         "optimizer_steps": sum(1 for m in step_metrics if not m.get("skipped")),
-        "skipped_steps": float(getattr(learner, "skipped_steps", 0)),
+        "skipped_steps": float(learner.skipped_steps),
         "skipped_iterations": skipped_iterations,
-        "step": float(getattr(learner, "step", 0)),
+        "step": float(learner.step),
         **times,
         "adv_abs_mean": sum(abs(a) for a in advantages) / max(1, len(advantages)),
     })

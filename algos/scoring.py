@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from agents.trajectory import ENV_FAILURES, FAILURES
+from agents.trajectory import ENV_FAILURES, FAILURES, Trajectory
 from algos import core
 from algos.config import ConfigError
 from algos.data import Sample
@@ -57,7 +57,7 @@ class ScoringSpec:
 class Scored:
     """One usable trajectory with its reward, group and (later) advantage."""
 
-    traj: Any
+    traj: Trajectory
     group: int
     reward: float
     advantage: float = 0.0
@@ -93,7 +93,7 @@ class Counters:
             "prefix_failures")}
 
 
-def load_reward_fn(spec: str | None) -> Callable[[Any], float] | None:
+def load_reward_fn(spec: str | None) -> Callable[[Trajectory], float] | None:
     """``'module:function'`` -> the function (called with a Trajectory, returns a float)."""
     if not spec:
         return None
@@ -106,14 +106,14 @@ def load_reward_fn(spec: str | None) -> Callable[[Any], float] | None:
         raise ConfigError(f"reward_fn {spec!r} cannot be imported: {e}") from None
 
 
-def is_overlong(traj: Any) -> bool:
+def is_overlong(traj: Trajectory) -> bool:
     """Cut by a limit rather than ended by the agent (methods.md 4-5 "overlong")."""
     if traj.finish_reason in ("max_turns", "context_overflow"):
         return True
     return bool(traj.turns) and traj.turns[-1].completion_finish_reason == "length"
 
 
-def count_rollout_error(traj: Any, counters: Counters) -> bool:
+def count_rollout_error(traj: Trajectory, counters: Counters) -> bool:
     """Whether the rollout crashed (ended in ``error`` or took no turn): nothing to score; counted
     in ``rollout_errors`` with its message."""
     if traj.finish_reason == "error" or not traj.turns:
@@ -123,7 +123,7 @@ def count_rollout_error(traj: Any, counters: Counters) -> bool:
     return False
 
 
-def count_env_failure(traj: Any, counters: Counters) -> None:
+def count_env_failure(traj: Trajectory, counters: Counters) -> None:
     """Count an episode the env ended by its own failure (``ENV_FAILURES``: scored 0, not the
     policy's doing) in ``env_failures`` with its message."""
     if traj.finish_reason in ENV_FAILURES:
@@ -132,8 +132,8 @@ def count_env_failure(traj: Any, counters: Counters) -> None:
                                f"{(traj.error or '')[:300]}")
 
 
-def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
-                       reward_fn: Callable[[Any], float] | None, counters: Counters, *,
+def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
+                       reward_fn: Callable[[Trajectory], float] | None, counters: Counters, *,
                        length_penalty: bool = False, length_threshold: int = 0,
                        max_turns: int = 0) -> list[Scored]:
     """Rewards (+ the turn length penalty when ``length_penalty``: ``length_threshold`` and
@@ -169,7 +169,7 @@ def score_trajectories(trajs: Sequence[Any], groups: Sequence[int],
     return out
 
 
-def mask_failed_groups(trajs: Sequence[Any], groups: Sequence[int], scored: list[Scored],
+def mask_failed_groups(trajs: Sequence[Trajectory], groups: Sequence[int], scored: list[Scored],
                        counters: Counters) -> list[Scored]:
     """Drop every scored member of a group in which an episode failed: it ended in ``FAILURES``
     (agents.trajectory: a rollout error, a timeout, a dead sandbox, no grading verdict) or was
@@ -227,8 +227,8 @@ def apply_filter(name: str, scored: list[Scored]) -> list[Scored]:
     return [s for s, k in zip(scored, keep.tolist(), strict=True) if k]
 
 
-def score_groups(trajs: Sequence[Any], groups: Sequence[int], spec: ScoringSpec,
-                 reward_fn: Callable[[Any], float] | None, counters: Counters,
+def score_groups(trajs: Sequence[Trajectory], groups: Sequence[int], spec: ScoringSpec,
+                 reward_fn: Callable[[Trajectory], float] | None, counters: Counters,
                  where: str) -> tuple[list[Scored], list[Scored]]:
     """One round of rolled-out groups, scored: rewards, the loud-failure check (raises
     :class:`EpisodesFailed`), failure masking, advantages (each group against its own members
@@ -245,7 +245,7 @@ def score_groups(trajs: Sequence[Any], groups: Sequence[int], spec: ScoringSpec,
     return scored, survivors
 
 
-def to_sample(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
+def to_sample(traj: Trajectory, advantage: float, max_tokens: int, mask_invalid: bool,
               counters: Counters, sample_id: str) -> Sample | None:
     """The learner's view of a trajectory; truncated to ``max_tokens`` (counted)."""
     ids, mask, lps = traj.to_sample_arrays(mask_invalid=mask_invalid)
@@ -260,7 +260,7 @@ def to_sample(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
                   advantage=advantage, sample_id=sample_id)
 
 
-def segments(traj: Any) -> list[Any]:
+def segments(traj: Trajectory) -> list[Trajectory]:
     """The token-exact sequences of an episode: one, or one per segment of a gateway session
     whose history the agent program rewrote (``agent["segment_starts"]``)."""
     starts = (getattr(traj, "agent", None) or {}).get("segment_starts") or [0]
@@ -271,7 +271,7 @@ def segments(traj: Any) -> list[Any]:
     return split_segments(traj)
 
 
-def episode_samples(traj: Any, advantage: float, max_tokens: int, mask_invalid: bool,
+def episode_samples(traj: Trajectory, advantage: float, max_tokens: int, mask_invalid: bool,
                     counters: Counters, sample_id: str) -> list[Sample]:
     """Every segment of the episode as a sample with the episode's advantage (the rule of
     verl's agent loop and rLLM: the reward is the episode's, its credit shared by each

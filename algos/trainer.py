@@ -63,11 +63,12 @@ from typing import Any
 
 import torch
 
+from agents.trajectory import Trajectory
 from algos.async_collect import AsyncCollector, Staleness, check_async
 from algos.config import ConfigError, save_config, to_dict
 from algos.data import Sample
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
-from algos.learner import Learner, LearnerConfig
+from algos.learner import Learner, LearnerConfig, PolicyLearner
 from algos.policy import Policy, RayRollouts, build_policy, build_rank_policy, load_policy_model
 from algos.report import save_iteration_episodes
 from algos.rl_common import learner_config_from, resolve_old_logprobs, validate_rl_config
@@ -119,7 +120,8 @@ __all__ = ["DynamicSamplingExhausted", "EpisodesFailed", "Policy", "RayRollouts"
 
 log = logging.getLogger(__name__)
 
-LearnerFactory = Callable[..., Any]
+# (model, LearnerConfig, *, ref_model, tokenizer) -> the learner (default_learner_factory)
+LearnerFactory = Callable[..., PolicyLearner]
 # the task pool's position: its state_dict, or with async collection the producer's
 # (round, state_dict) (AsyncCollector.position)
 SamplerPosition = dict[str, Any] | tuple[int, dict[str, Any]]
@@ -149,7 +151,7 @@ class Trainer:
 
     def __init__(self, cfg: Any, algo: str, *, policy: Policy | None = None,
                  learner_factory: LearnerFactory | None = None,
-                 reward_fn: Callable[[Any], float] | None = None) -> None:
+                 reward_fn: Callable[[Trajectory], float] | None = None) -> None:
         self.cfg = cfg
         self.algo = algo
         self.dist: DistContext = setup_distributed(cp=cfg.cp)
@@ -179,7 +181,7 @@ class Trainer:
             ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
         if learner_factory is None:
             learner_factory = partial(default_learner_factory, cp=cfg.cp)
-        self.learner = learner_factory(self.policy.model, lcfg, ref_model=ref,
+        self.learner: PolicyLearner = learner_factory(self.policy.model, lcfg, ref_model=ref,
                                        tokenizer=self.policy.tokenizer)
         self.old_logprobs_mode = resolve_old_logprobs(cfg, self.policy.on_policy,
                                                        self.policy.shares_weights)
@@ -211,7 +213,7 @@ class Trainer:
 
     def push_weights(self) -> float:
         """New weights to the rollout engine; a sharded model is gathered first (collective)."""
-        version = int(getattr(self.learner, "step", 0))
+        version = self.learner.step
         if not self.dist.distributed:
             return self.policy.push_weights(version=version)
         if not self.policy.needs_push:
@@ -278,13 +280,13 @@ class Trainer:
             self.solve_counts, self.skipped_iterations = solve_counts, skipped
 
     # ------------------------------------------------------------------ one iteration
-    def collect_groups(self, counters: Counters, tick: Callable[[Any], None] | None = None
+    def collect_groups(self, counters: Counters, tick: Callable[[Trajectory], None] | None = None
                        ) -> Collected:
         """Steps 1-5 for the current iteration: roll out, score, filter, refill (rank 0)."""
         if self.collector is not None:  # rounds rolled out ahead; stale groups dropped
             got, self.staleness = self.collector.collect(
                 self.scoring, self.reward_fn, counters, iteration=self.iteration,
-                learner_version=int(getattr(self.learner, "step", 0)),
+                learner_version=self.learner.step,
                 solve_counts=self.solve_counts, tick=tick)
             return got
         self.policy.model.eval()
@@ -292,7 +294,7 @@ class Trainer:
                        self.policy.sampler, self.reward_fn, counters, iteration=self.iteration,
                        solve_counts=self.solve_counts, tick=tick)
 
-    def _make_samples(self, counters: Counters, tick: Callable[[Any], None]
+    def _make_samples(self, counters: Counters, tick: Callable[[Trajectory], None]
                       ) -> tuple[list[Sample], Collected]:
         """Steps 1-6 (rank 0 only under torchrun): the learner's samples and the groups."""
         cfg = self.cfg
@@ -345,14 +347,14 @@ class Trainer:
                                 for m in step_metrics[1:]]
         return step_metrics
 
-    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Any], None]) -> dict[str, Any]:
+    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Trajectory], None]) -> dict[str, Any]:
         """One iteration; returns its metrics row (an empty dict on ranks other than 0)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         counters = Counters()
         samples: list[Sample] = []
         got, error = Collected([], 0, [], []), None
-        version = int(getattr(self.learner, "step", 0))  # the weights that sample this iteration
+        version = self.learner.step  # the weights that sample this iteration
         if self.dist.is_main:
             try:
                 samples, got = self._make_samples(counters, tick)
@@ -395,7 +397,7 @@ class Trainer:
         self.policy.model.eval()
         row = self.validator.validate(
             lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.sampler, ids, n, seed),
-            self.iteration, int(getattr(self.learner, "step", 0)))
+            self.iteration, self.learner.step)
         return metrics_of(row)
 
     # ------------------------------------------------------------------ the run
@@ -417,7 +419,7 @@ class Trainer:
                         boundary = self._boundary()
                         stats = EpisodeStats()
 
-                        def tick(traj: Any, stats: EpisodeStats = stats) -> None:
+                        def tick(traj: Trajectory, stats: EpisodeStats = stats) -> None:
                             stats.add(traj)
                             bar.episodes(stats)
 
@@ -440,7 +442,7 @@ class Trainer:
                         self.collector.close()
                     self._rewind(boundary)
                     save_interrupted(self.save, f"iteration {self.iteration} (optimizer step "
-                                     f"{getattr(self.learner, 'step', '?')})", self.algo,
+                                     f"{self.learner.step})", self.algo,
                                      self.run_dir, self.checkpoint_dir, rank=self.dist.rank)
                     raise
         finally:
