@@ -254,6 +254,9 @@ def test_lr_schedule_and_config_errors():
     assert lrs == pytest.approx([1e-2 * w for w in want[:4]])
     with pytest.raises(ValueError, match="total_steps"):
         LearnerConfig(schedule="cosine")
+    with pytest.raises(ValueError, match="betas must be two floats"):
+        LearnerConfig(betas=[0.9])  # a JSON/CLI list: checked here, not inside AdamW
+    assert LearnerConfig(betas=[0.8, 0.9]).betas == (0.8, 0.9)
     with pytest.raises(ValueError, match="Did you mean 'dapo'"):
         LearnerConfig(loss="dapoo")
     with pytest.raises(ValueError, match="token-mean"):

@@ -106,6 +106,17 @@ def test_drop_exception_handling_dedents_the_body():
     assert "except" not in m.apply(SAMPLE)
 
 
+def test_a_node_without_an_end_position_is_refused_by_name():
+    from swe_gym.synth.source import SourceFile
+
+    src = SourceFile("m.py", "x = 1\n")
+    parsed = ast.parse(src.text).body[0]
+    assert src.span(parsed) == (0, 5) and src.node_lines(parsed) == (0, 6)
+    built = ast.Pass(lineno=1, col_offset=0)  # by hand: typeshed's Optional end positions
+    with pytest.raises(ValueError, match="Pass at line 1 has no end position"):
+        src.span(built)
+
+
 def test_unknown_operator_is_named():
     with pytest.raises(ValueError, match="unknown operator.*'flip'.*accepted: comparison_flip"):
         mutations_of("m.py", SAMPLE, ["flip"])
