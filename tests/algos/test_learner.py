@@ -11,22 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_models import tiny_llama
+from transformers import LlamaForCausalLM
 
 from algos.data import Sample, pack_samples, pad_samples
 from algos.learner import Learner, LearnerConfig, LRSchedule
 from algos.logprobs import model_token_logprobs
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def tiny_llama(seed: int = 0, attn: str = "sdpa", tied: bool = False) -> LlamaForCausalLM:
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                      max_position_embeddings=512, tie_word_embeddings=tied)
-    cfg._attn_implementation = attn
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
 
 
 def make_samples(n: int, lo: int = 6, hi: int = 40, seed: int | None = None) -> list[Sample]:

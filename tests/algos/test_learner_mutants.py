@@ -13,7 +13,8 @@ import time
 
 import pytest
 import torch
-from test_learner import grads_close, make_samples, params_close, tiny_llama
+from test_learner import grads_close, make_samples, params_close
+from tiny_models import tiny_llama
 
 from algos import core
 from algos.data import Sample

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_models import tiny_llama
 
 from algos.logprobs import (
     default_chunk_size,
@@ -72,18 +72,9 @@ def test_batched_shape_and_bad_input():
     assert default_chunk_size(49152) == 682 and default_chunk_size(10) == 4096
 
 
-def _tiny_llama(tied: bool, attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                      max_position_embeddings=256, tie_word_embeddings=tied)
-    cfg._attn_implementation = attn
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
-
-
 @pytest.mark.parametrize("tied", [False, True])
 def test_model_logprobs_match_full_forward_and_grads(tied):
-    model = _tiny_llama(tied)
+    model = tiny_llama(tied=tied)
     ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(3))
     weight, bias = lm_head(model)
     assert bias is None
@@ -104,7 +95,7 @@ def test_model_logprobs_match_full_forward_and_grads(tied):
 
 
 def test_hidden_states_fallback_without_base_model_matches():
-    model = _tiny_llama(False)
+    model = tiny_llama()
     ids = torch.randint(0, 128, (1, 9))
 
     class NoBase(torch.nn.Module):  # a causal LM exposing only the HF call interface
@@ -125,7 +116,7 @@ def test_hidden_states_fallback_without_base_model_matches():
 
 
 def test_lm_head_refuses_logit_postprocessing():
-    model = _tiny_llama(False)
+    model = tiny_llama()
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(NotImplementedError, match="final_logit_softcapping"):
         lm_head(model)

@@ -23,7 +23,7 @@ from algos.data import Sample, pack_samples
 from algos.learner import Learner, LearnerConfig
 from algos.tree import TreeMicroBatch, dense_tree_mask, find_trees, pack_trees
 from algos.tree_attention import TreeLayout
-from tests.algos.test_learner import tiny_llama
+from tests.algos.tiny_models import tiny_llama
 
 EPS32 = torch.finfo(torch.float32).eps
 LP_ATOL = 4 * 2.0**-21

@@ -23,6 +23,9 @@ from algos.distributed.context_parallel import (
     unshard,
 )
 from algos.distributed.fsdp import teardown_distributed
+from tests.algos.tiny_models import tiny_llama
+
+MODEL = {"seed": 1, "attn": None, "vocab": 97, "max_positions": 128}  # stock attention first
 
 
 def gather_unshard(x: torch.Tensor, seq_len: int, cp: int, dim: int = 1) -> torch.Tensor:
@@ -62,15 +65,6 @@ def attention_check(rank: int, cp: int) -> dict:
     return res
 
 
-def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(1)
-    return LlamaForCausalLM(cfg).float()
-
-
 def token_logprobs(model, input_ids, position_ids, targets):
     hidden = model.model(input_ids=input_ids, position_ids=position_ids).last_hidden_state
     logp = model.lm_head(hidden).float().log_softmax(-1)
@@ -90,14 +84,14 @@ def model_check(rank: int, cp: int) -> dict:
     n_tokens = mask.sum()
 
     # reference: each document alone through the stock sdpa model (no packing at all)
-    ref_model = tiny_llama()
+    ref_model = tiny_llama(**MODEL)
     ref_lp = torch.zeros(1, t)
     for a, z in zip(cu[:-1], cu[1:], strict=True):
         ref_lp[:, a:z] = token_logprobs(ref_model, ids[:, a:z], pos[:, a:z], tgt[:, a:z])
     ref_loss = -(ref_lp * mask).sum() / n_tokens
     ref_loss.backward()
 
-    model = tiny_llama()
+    model = tiny_llama(**MODEL)
     model.set_attn_implementation("ring_cp")
     sh = shard_packed_batch({"input_ids": ids, "seq_ids": seq, "position_ids": pos,
                              "targets": tgt, "mask": mask}, rank, cp)

@@ -31,18 +31,9 @@ from algos.distributed.fsdp import (
     shard_model,
     teardown_distributed,
 )
+from tests.algos.tiny_models import tiny_llama
 
 VOCAB = 97
-
-
-def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, attn_implementation="ring_cp")
-    torch.manual_seed(1)
-    return LlamaForCausalLM(cfg).float()
 
 
 def sequences(step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -100,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(1)
     register_cp_attention()
     ctx = setup_distributed(cp=args.cp, device="cpu")
-    model = shard_model(tiny_llama(), ctx)
+    model = shard_model(tiny_llama(seed=1, attn="ring_cp", vocab=VOCAB, max_positions=128), ctx)
     # SGD with momentum, not AdamW: its update is linear in the gradient, so reduction-order
     # noise stays ~lr * 1e-7 in the weights (AdamW's g / (|g| + eps) blows it up near eps, issue
     # 16); the momentum buffers still make the resumes test optimizer state through DCP.

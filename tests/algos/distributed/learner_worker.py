@@ -11,6 +11,7 @@ from algos.data import Sample
 from algos.distributed.fsdp import full_state_dict, teardown_distributed
 from algos.distributed.learner import make_learner
 from algos.learner import LearnerConfig
+from tests.algos.tiny_models import tiny_llama
 
 
 def samples(step: int) -> list[Sample]:
@@ -25,13 +26,8 @@ def samples(step: int) -> list[Sample]:
 
 
 def main() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.set_num_threads(1)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(1)
-    model = LlamaForCausalLM(cfg).float()
+    model = tiny_llama(seed=1, attn=None, vocab=97, max_positions=128)
     # lr 1e-3: AdamW turns reduction-order noise on near-zero gradients into updates of order
     # lr; any exact attention in fp32 sits ~2e-6 from a float64 run after two steps here (at
     # 1e-2 that floor reaches the test's 1e-5 tolerance).
