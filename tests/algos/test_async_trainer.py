@@ -13,11 +13,15 @@ from agents.trajectory import load_jsonl
 from algos import grpo
 from algos.config import ConfigError
 from algos.run_io import read_metrics
+from tests.algos import toy_run
 
 ARGS = ["--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
         "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
         "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "8",
         "--lr", "1e-3", "--concurrency", "8", "--progress", "false", "--seed", "0"]
+# the same run as a config (toy_run's settings and these)
+RUN = dict(env_kwargs={"target": "w"}, group_size=4, problems_per_iteration=2, batch_size=8,
+           lr=1e-3, concurrency=8, seed=0)
 
 
 def extra_state(run: Path) -> dict:
@@ -67,7 +71,7 @@ def test_ctrl_c_in_the_learner_saves_and_stops_the_producer(tmp_path: Path):
             raise KeyboardInterrupt
         return float(traj.reward)
 
-    cfg = grpo.GRPOConfig(**_cfg(run, max_staleness=2, iterations=5))
+    cfg = grpo.GRPOConfig(**toy_run.toy_fields(run, **RUN, max_staleness=2, iterations=5))
     from algos.trainer import Trainer
 
     trainer = Trainer(cfg, "grpo", reward_fn=reward)
@@ -89,7 +93,8 @@ def test_k1_with_a_shared_module_is_a_config_error(tmp_path: Path):
     from algos.policy import build_policy
     from algos.trainer import Trainer
 
-    cfg = grpo.GRPOConfig(**_cfg(tmp_path / "run", max_staleness=1, iterations=1))
+    cfg = grpo.GRPOConfig(**toy_run.toy_fields(tmp_path / "run", **RUN, max_staleness=1,
+                                                iterations=1))
     policy = build_policy(cfg, tmp_path / "run")  # float32 transformers: shares the module
     assert policy.shares_weights
     with pytest.raises(ConfigError, match="max_staleness=1 needs a rollout engine with its own"):
@@ -100,11 +105,3 @@ def test_k1_with_a_shared_module_is_a_config_error(tmp_path: Path):
 def test_negative_max_staleness_is_rejected():
     with pytest.raises(ConfigError, match="max_staleness must be >= 0.*got -1"):
         grpo.GRPOConfig(max_staleness=-1)
-
-
-def _cfg(run: Path, **over) -> dict:
-    base = dict(env="ToyKeyword-v0", env_kwargs={"target": "w"}, policy="tiny-random",
-                max_new_tokens=3, max_turns=1, max_context_tokens=128, group_size=4,
-                problems_per_iteration=2, batch_size=8, lr=1e-3, concurrency=8, progress=False,
-                seed=0, run_dir=str(run))
-    return {**base, **over}

@@ -21,6 +21,7 @@ from algos.dapo import DAPOConfig
 from algos.distributed import learner as dist_learner
 from algos.distributed.fsdp import DistContext
 from algos.trainer import Trainer
+from tests.algos import toy_run
 
 META = torch.device("meta")
 
@@ -54,12 +55,8 @@ def generate_once(sampler) -> None:
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    base = dict(run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
-                policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
-                group_size=2, problems_per_iteration=2, batch_size=2, length_penalty=False,
-                iterations=1, progress=False, concurrency=2)
-    base.update(kw)
-    return DAPOConfig(**base)
+    return toy_run.toy_cfg(tmp_path, **{**dict(
+        group_size=2, problems_per_iteration=2, batch_size=2, iterations=1, concurrency=2), **kw})
 
 
 def test_sampler_follows_its_module_when_moved_after_it_was_built(tmp_path: Path, monkeypatch):

@@ -8,14 +8,8 @@ import pytest
 
 import agents.models.vllm as vllm_backend
 from algos.config import ConfigError
-from algos.dapo import DAPOConfig
 from algos.policy import build_policy
-
-
-def _cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    return DAPOConfig(run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", policy="tiny-random",
-                      max_new_tokens=3, max_turns=1, max_context_tokens=128, length_penalty=False,
-                      progress=False, **kw)
+from tests.algos.toy_run import toy_cfg
 
 
 def test_vllm_engine_takes_the_configured_gpu_memory_share(tmp_path: Path, monkeypatch):
@@ -26,7 +20,7 @@ def test_vllm_engine_takes_the_configured_gpu_memory_share(tmp_path: Path, monke
             seen.update(kw, path=path)
 
     monkeypatch.setattr(vllm_backend, "VLLMModel", Recorder)
-    build_policy(_cfg(tmp_path, engine="vllm", engine_gpu_memory=0.3), tmp_path / "run")
+    build_policy(toy_cfg(tmp_path, engine="vllm", engine_gpu_memory=0.3), tmp_path / "run")
     assert seen["gpu_memory_utilization"] == 0.3
     assert seen["max_model_len"] == 128
 
@@ -34,4 +28,4 @@ def test_vllm_engine_takes_the_configured_gpu_memory_share(tmp_path: Path, monke
 @pytest.mark.parametrize("share", [0.0, 1.5, -0.2])
 def test_engine_gpu_memory_outside_its_range_is_refused(tmp_path: Path, share):
     with pytest.raises(ConfigError, match=f"engine_gpu_memory.*{share}"):
-        _cfg(tmp_path, engine_gpu_memory=share)
+        toy_cfg(tmp_path, engine_gpu_memory=share)

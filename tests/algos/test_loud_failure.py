@@ -17,6 +17,7 @@ from agents.models import ScriptedModel
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
 from algos.trainer import EpisodesFailed, Policy, Trainer, load_policy_model
+from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_ARGS = [
@@ -29,12 +30,9 @@ TOY_ARGS = [
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    base = dict(run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
-                policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
-                group_size=4, problems_per_iteration=2, batch_size=2, length_penalty=False,
-                filter="none", iterations=1, progress=False, concurrency=8)
-    base.update(kw)
-    return DAPOConfig(**base)
+    return toy_run.toy_cfg(tmp_path, **{**dict(
+        group_size=4, problems_per_iteration=2, batch_size=2, filter="none", iterations=1,
+        concurrency=8), **kw})
 
 
 def test_cli_run_whose_every_reward_raises_exits_nonzero_with_the_message(tmp_path: Path):

@@ -23,17 +23,15 @@ from algos.trainer import (
     load_policy_model,
     read_metrics,
 )
+from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[2]
+SIZES = dict(group_size=4, problems_per_iteration=2, batch_size=2, lr=1e-3, iterations=1,
+             concurrency=8)
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    base = dict(run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
-                policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
-                group_size=4, problems_per_iteration=2, batch_size=2, length_penalty=False,
-                lr=1e-3, iterations=1, progress=False, concurrency=8)
-    base.update(kw)
-    return DAPOConfig(**base)
+    return toy_run.toy_cfg(tmp_path, **{**SIZES, **kw})
 
 
 def test_everything_filtered_errors_after_bounded_refills(tmp_path: Path):

@@ -20,6 +20,7 @@ from algos import rollouts as rollouts_mod
 from algos.dapo import DAPOConfig
 from algos.grpo import GRPOConfig
 from algos.trainer import Policy, TaskSampler, Trainer, load_policy_model, read_metrics
+from tests.algos import toy_run
 
 POOL = ["toy-0", "toy-1", "toy-2", "toy-3"]  # ToyKeyword-v0's default tasks
 HIT, MISS = "yes", "no"  # reward 1 / 0 with target "e"
@@ -27,14 +28,9 @@ REAL_RUN_ROLLOUTS = rollouts_mod.run_rollouts
 
 
 def toy_cfg(tmp_path: Path, cls=DAPOConfig, name: str = "run", **kw):
-    base = dict(run_dir=str(tmp_path / name), env="ToyKeyword-v0", env_kwargs={"target": "e"},
-                policy="tiny-random", rollout_model="scripted", max_new_tokens=3, max_turns=1,
-                max_context_tokens=128, group_size=2, problems_per_iteration=1, batch_size=2,
-                lr=1e-3, iterations=1, progress=False, concurrency=1)
-    if cls is DAPOConfig:
-        base["length_penalty"] = False
-    base.update(kw)
-    return cls(**base)
+    return toy_run.toy_cfg(tmp_path, cls, name, **{**dict(
+        rollout_model="scripted", group_size=2, problems_per_iteration=1, batch_size=2, lr=1e-3,
+        iterations=1, concurrency=1), **kw})
 
 
 def scripted_policy(cfg, constant: set[str]) -> Policy:

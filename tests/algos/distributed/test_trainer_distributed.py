@@ -12,6 +12,7 @@ from algos import dapo
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
 from algos.run_io import read_metrics
+from tests.algos.toy_run import toy_cfg
 
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode
 # at a time (seeded sampling), one optimiser step per iteration, the sampler's old log-probs (so
@@ -68,12 +69,9 @@ def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
-        cfg = DAPOConfig(
-            run_dir=str(tmp_path / "run"), env="ToyKeyword-v0", env_kwargs={"target": "e"},
-            policy="tiny-random", max_new_tokens=3, max_turns=1, max_context_tokens=128,
-            group_size=4, problems_per_iteration=2, batch_size=2, length_penalty=False,
-            lr=1e-3, progress=False, concurrency=2, iterations=2, max_steps_per_iteration=1,
-            old_logprobs="sampler", rollout_backend="ray", ray_workers=1)
+        cfg = toy_cfg(tmp_path, group_size=4, problems_per_iteration=2, batch_size=2, lr=1e-3,
+                      concurrency=2, iterations=2, max_steps_per_iteration=1,
+                      old_logprobs="sampler", rollout_backend="ray", ray_workers=1)
         trainer = Trainer(cfg, "dapo")
         try:
             assert isinstance(trainer.policy.sampler, RayRollouts)

@@ -1,0 +1,26 @@
+"""The toy run of the trainer tests: ToyKeyword-v0 (reward 1 when the reply holds the target)
+with the tiny random policy, three new tokens in one turn; a Trainer on it builds and runs an
+iteration in seconds on a CPU. Its settings live here once; a test module names only how its
+run differs (sizes, the algorithm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from algos.dapo import DAPOConfig
+
+
+def toy_fields(run_dir: Path, **kw: Any) -> dict[str, Any]:
+    """The toy run's config fields, written to ``run_dir``; ``kw`` over them."""
+    return {"run_dir": str(run_dir), "env": "ToyKeyword-v0", "env_kwargs": {"target": "e"},
+            "policy": "tiny-random", "max_new_tokens": 3, "max_turns": 1,
+            "max_context_tokens": 128, "progress": False, **kw}
+
+
+def toy_cfg(tmp_path: Path, cls: type = DAPOConfig, name: str = "run", **kw: Any) -> Any:
+    """A ``cls`` config (DAPO by default) of the toy run in ``tmp_path / name``; DAPO's
+    turn-length penalty off (one turn: nothing to shape) unless ``kw`` sets it."""
+    if cls is DAPOConfig:
+        kw.setdefault("length_penalty", False)
+    return cls(**toy_fields(tmp_path / name, **kw))
