@@ -42,27 +42,26 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # learner: its own tests and the off-policy-correction tests that run a Learner; the
     # killed-process resume test (a subprocess per run, minutes) is left out
     "learner": ("algos/learner.py", ["tests/algos/test_learner.py",
-                                     "tests/algos/test_learner_mutants.py",
                                      "tests/algos/test_objectives.py", "-m", "not slow",
                                      "-k", "not killed_process"]),
     "trainer": ("algos/trainer.py", ["tests/algos/test_trainer_guards.py",
                                      "tests/algos/test_trainer_faults.py",
                                      "-k", "not ctrl_c"]),
     # scoring (split out of the trainer): rewards, failure masking, advantages, filters
-    "scoring": ("algos/scoring.py", ["tests/algos/test_scoring_mutants.py",
+    "scoring": ("algos/scoring.py", ["tests/algos/test_scoring.py",
                                      "tests/algos/test_objectives.py",
                                      "tests/algos/test_loud_failure.py",
                                      "tests/algos/test_trainer_guards.py", "-k", "not ctrl_c"]),
     # rollouts (split out of the trainer): task sampling, one iteration's rounds with the
     # dynamic-sampling refill, the solve count; the trainer tests that drive collect()
-    "rollouts": ("algos/rollouts.py", ["tests/algos/test_scoring_mutants.py",
+    "rollouts": ("algos/rollouts.py", ["tests/algos/test_rollouts.py",
                                        "tests/algos/test_trainer_guards.py",
                                        "tests/algos/test_trainer_faults.py",
                                        "tests/algos/test_loud_failure.py",
                                        "-k", "not ctrl_c"]),
     # grading: the local-backend outcome and tamper tests (bubblewrap, seconds each; the
     # Docker ones left out) and the pure ones
-    "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading_mutants.py",
+    "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading.py",
                                        "tests/swe_gym/test_grading_outcomes.py",
                                        "tests/swe_gym/test_grading_testinfra.py",
                                        "tests/security/test_grading_tamper.py",

@@ -1,7 +1,8 @@
-"""Grading behaviour that mutation testing found unchecked (``benchmarks/mutation.py grading``):
-which log parser and test command a task gets, its environment variables, what a failed or
-partial patch reports, and that a patch is applied without leftovers. The pure parts run
-without a sandbox; the rest on the local backend with the ``mini_repo`` fixture (seconds)."""
+"""``swe_gym/grading.py``, where mutation testing found it unchecked (``benchmarks/mutation.py
+grading``): which log parser and test command a task gets, its environment variables, what a
+failed or partial patch reports, and that a patch is applied without leftovers. The pure parts
+run without a sandbox; the rest on the local backend with the ``mini_repo`` fixture (seconds).
+Each outcome end to end: test_grading_outcomes.py."""
 
 from __future__ import annotations
 

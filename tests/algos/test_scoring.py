@@ -1,21 +1,18 @@
-"""What the trainer's scoring (``algos/scoring.py``) and task sampling (``algos/rollouts.py``)
-promise, pinned where mutation testing found the trainer tests silent (see
-benchmarks/mutation_survivors.md): which episodes are dropped and counted, the error-share
-boundary, group-local advantages, the filters, sample ids and truncation, epoch-wise sampling.
+"""What the trainer's scoring (``algos/scoring.py``) promises, pinned where mutation testing
+found the trainer tests silent (see benchmarks/mutation_survivors.md): which episodes are dropped
+and counted, the error-share boundary, group-local advantages, the filters, sample ids and
+truncation. Task sampling and collect: test_rollouts.py.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import Counter
-from types import SimpleNamespace
 
 import pytest
+from fake_episodes import traj
 
 from agents.trajectory import Trajectory, Turn
-from algos import rollouts
 from algos.config import ConfigError
-from algos.rollouts import CollectPlan, TaskSampler, collect, count_solves, roll_out_groups
 from algos.scoring import (
     Counters,
     EpisodesFailed,
@@ -30,17 +27,6 @@ from algos.scoring import (
     score_trajectories,
     to_samples,
 )
-
-
-def traj(task="t", reward=1.0, finish="done", turns=1, token_exact=True, error=None,
-         ids=(1, 2, 3, 4), mask=(0, 1, 1, 1), resolved=None, last_reason="stop"):
-    lps = [-0.5] * len(ids)
-    return SimpleNamespace(
-        task_id=task, reward=reward, finish_reason=finish, error=error,
-        turns=[SimpleNamespace(completion_finish_reason=last_reason)] * turns,
-        num_turns=turns, token_exact=token_exact,
-        resolved=bool(reward) if resolved is None else resolved,
-        to_sample_arrays=lambda mask_invalid: (list(ids), list(mask), list(lps)))
 
 
 def test_each_kind_of_failed_episode_is_dropped_and_counted_under_its_own_name():
@@ -166,37 +152,6 @@ def test_invalid_action_masking_reaches_the_samples_only_when_asked():
     assert kept_all[0].loss_mask == [0, 0, 1, 1, 0, 1, 1]
 
 
-def test_sampler_covers_the_pool_once_per_epoch_and_resumes_where_it_stopped(caplog):
-    pool = [f"t{i}" for i in range(5)]
-    s = TaskSampler(pool, seed=3)
-    first = s.sample(5)
-    assert sorted(first) == pool
-    second = s.sample(5)
-    assert sorted(second) == pool and second != first  # a fresh permutation per epoch
-    s.sample(2)
-    state = s.state_dict()
-    assert state == {"epoch": 2, "position": 2, "pool": pool}  # passes made, place in this one
-    resumed = TaskSampler(pool, seed=3)
-    resumed.load_state_dict(state)
-    assert resumed.sample(6) == s.sample(6)
-    assert TaskSampler(pool, seed=3).sample(5) == first  # seeded
-    assert TaskSampler(pool, seed=4).sample(10) != first + second
-    changed = TaskSampler(pool + ["t5"], seed=3)
-    with caplog.at_level("WARNING", logger="algos.rollouts"):
-        changed.load_state_dict(state)  # a different pool: starts over, and says so
-    assert (changed.epoch, changed.position) == (0, 0)
-    assert "task pool changed since the checkpoint" in caplog.text
-    with pytest.raises(Exception, match="empty"):
-        TaskSampler([])
-
-
-def test_count_solves_accumulates_attempts_and_resolutions():
-    counts: dict[str, list[int]] = {"a": [2, 1]}
-    count_solves(counts, [traj("a", reward=1.0), traj("a", reward=0.0), traj("b", reward=1.0)])
-    assert counts == {"a": [4, 2], "b": [1, 1]}
-    assert Counter(TaskSampler(["x", "y"], seed=0).sample(6)) == {"x": 3, "y": 3}
-
-
 @pytest.mark.parametrize("normalize_std", [True, False])
 def test_score_groups_applies_the_spec_penalty_masking_advantages_and_filter(normalize_std):
     """One round through ``score_groups`` with every switch of the spec on: the turn penalty
@@ -293,35 +248,3 @@ def test_reward_fn_spec_is_loaded_or_refused_with_the_reason(tmp_path, monkeypat
         assert repr(bad) in str(err.value)
 
 
-def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(monkeypatch):
-    """Three rounds (2 problems, then refills of 1): every round's episodes, rewards and
-    survivors are kept, groups are numbered on from the earlier rounds, each episode ticks
-    the progress bar once, and each round has its own seed block."""
-    calls = []
-
-    def fake_rollouts(spec, sampler, task_ids, n_per_task, seed, progress=None):
-        calls.append((list(task_ids), seed))
-        out = [traj(tid, reward=float(j == 0)) for tid in task_ids for j in range(n_per_task)]
-        for t in out:
-            if progress:
-                progress(t)
-        return out
-
-    monkeypatch.setattr(rollouts, "run_rollouts", fake_rollouts)
-    cfg = SimpleNamespace(problems_per_iteration=2, group_size=2, max_refill_rounds=2,
-                          refill_problems=1, seed=7)
-    plan = CollectPlan.from_config(cfg, needed=100)
-    assert plan == CollectPlan(2, 2, 100, 2, 1, 7)
-    ticks, solves = [], {}
-    got = collect(plan, ScoringSpec(filter="nonconstant_group"), None,
-                  TaskSampler(["a", "b", "c", "d"], seed=0), None, None, Counters(),
-                  iteration=1, solve_counts=solves, tick=ticks.append)
-    assert [len(tasks) for tasks, _ in calls] == [2, 1, 1]
-    # iteration 1's rounds take the seed blocks after iteration 0's three
-    assert [seed for _, seed in calls] == [7 + 1000 * k for k in (3, 4, 5)]
-    assert got.rounds == 2 and len(got.episodes) == len(ticks) == 8
-    assert got.rewards == [1.0, 0.0] * 4
-    assert [s.group for s in got.kept] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert sum(a for a, _ in solves.values()) == 8
-    trajs, groups = roll_out_groups(None, None, ["a", "b"], 2, seed=0)
-    assert groups == [0, 0, 1, 1] and len(trajs) == 4
