@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,24 @@ def mini(mini_repo) -> tuple[dict, dict]:
     row, repos = mini_repo
     cfg = {**row["install_config"], "env_vars": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
     return {**row, "install_config": cfg}, {"repos_dir": str(repos)}
+
+
+@pytest.fixture
+def run_tests_local(mini) -> Callable[..., Any]:
+    """``run_tests(task, timeout=120, **kw)`` in a fresh local sandbox of the mini repository,
+    closed after; returns the ``TestRun``."""
+    from swe_gym.grading import run_tests
+    from swe_gym.sandbox import make_sandbox
+
+    def run(task: Any, timeout: float = 120, **kw: Any) -> Any:
+        sb = make_sandbox(task, "local", **mini[1])
+        sb.start()
+        try:
+            return run_tests(sb, task, timeout, **kw)
+        finally:
+            sb.close()
+
+    return run
 
 
 @pytest.fixture(scope="session")

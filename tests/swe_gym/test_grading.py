@@ -15,7 +15,7 @@ import pytest
 
 from swe_gym import grading
 from swe_gym.errors import SandboxUnavailable
-from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name, run_tests
+from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
 from tests.conftest import TESTS
@@ -184,34 +184,24 @@ def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mi
     assert changed == ["calc.py", "tests/test_calc.py", "tests/test_calc.py.orig"], status
 
 
-def test_the_tasks_environment_reaches_the_test_command_quoted(mini):
-    row, opts = mini
+def test_the_tasks_environment_reaches_the_test_command_quoted(mini, run_tests_local):
+    row, _ = mini
     # sh -c: the test files appended to the command become its $0
     cfg = {"test_cmd": "sh -c 'echo \"greeting=$GREETING $TO\"; exit 3'",
            "env_vars": {"GREETING": "hello; world $HOME", "TO": "you"}}
-    task = normalise_row({**row, "install_config": cfg})
-    sb = make_sandbox(task, "local", **opts)
-    sb.start()
-    try:
-        run = run_tests(sb, task, 120)
-    finally:
-        sb.close()
+    run = run_tests_local(normalise_row({**row, "install_config": cfg}))
     assert "greeting=hello; world $HOME you" in run.log
     assert run.exit_code == 3 and not run.timed_out
 
 
-def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini):
+def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini,
+                                                                          run_tests_local):
     """Past ``log_limit`` the head and tail halves are kept (the limit, plus the one-line
     note); a byte that is not UTF-8 is replaced, never an error."""
-    row, opts = mini
+    row, _ = mini
     out = r"""python -c "import sys; sys.stdout.buffer.write(b'head\xff\n' + b'x' * 20000 + b'\ntail\n')" """
-    task = normalise_row({**row, "install_config": {"test_cmd": out.strip()}})
-    sb = make_sandbox(task, "local", **opts)
-    sb.start()
-    try:
-        run = run_tests(sb, task, 120, log_limit=4000)
-    finally:
-        sb.close()
+    run = run_tests_local(normalise_row({**row, "install_config": {"test_cmd": out.strip()}}),
+                          log_limit=4000)
     assert run.truncated and "head\ufffd" in run.log and "tail" in run.log
     assert "<log truncated:" in run.log
     # 2 x 2000 bytes kept, the note (~45 bytes), the replacement char 2 bytes wider

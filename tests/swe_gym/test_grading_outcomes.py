@@ -177,18 +177,8 @@ def test_validator_cli_rejects_a_malformed_sandbox_option():
     assert res.returncode == 2 and "KEY=VALUE" in res.stderr
 
 
-def test_a_log_over_the_read_limit_keeps_head_and_tail_and_says_so(mini):
-    from swe_gym.grading import run_tests
-    from swe_gym.sandbox import make_sandbox
-
-    row, opts = mini
-    task = normalise_row(row)
-    sb = make_sandbox(task, "local", **opts)
-    sb.start()
-    try:
-        run = run_tests(sb, task, 120, log_limit=300)
-    finally:
-        sb.close()
+def test_a_log_over_the_read_limit_keeps_head_and_tail_and_says_so(mini, run_tests_local):
+    run = run_tests_local(normalise_row(mini[0]), log_limit=300)
     assert run.truncated and "<log truncated:" in run.log
     assert run.log.startswith(">>>>> Start Test Output") and "Test Exit Code: 0" in run.log
     assert run.exit_code == 0 and len(run.log) < 400  # (no test patch: test_sub alone passes)
