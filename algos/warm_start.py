@@ -11,7 +11,10 @@ or a YAML path) first builds, under ``$SWE_GYM_CACHE/warm_start/NAME-<key>/``:
 3. RFT (``algos.rft``) on the resolved ones, with the recipe's ``rft`` fields (e.g. the format
    probe and ``format_patience``).
 
-The run then trains the RFT checkpoint on those tasks, with those env options. The key hashes
+The run then trains the RFT checkpoint with those env options, on those tasks or, when the recipe
+has an ``rl`` block (same fields as ``synth``), on tasks synthesised from it: other repositories,
+where the warm-started policy resolves some episodes and not others, so that rewards differ within
+a group and RL has something to learn (on its own tasks it resolves nearly all). The key hashes
 the recipe and the policy, so a changed recipe builds anew and an unchanged one is reused (the
 second run starts training at once). A lock keeps two runs from building the same one.
 """
@@ -105,25 +108,13 @@ def ensure(name: str, policy: str, seed: int = 0) -> dict[str, Any]:
 def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
     from agents.trajectory import Trajectory
     from algos.rft import RFTConfig, train_rft
-    from swe_gym.starter import repo_path
-    from swe_gym.synth import SynthConfig, synthesize
 
     t0 = time.perf_counter()
-    syn = recipe["synth"]
     repos_dir = root / "repos"
-    rows: list[str] = []
-    for repo in syn["repos"]:
-        out = root / "tasks" / f"{repo.split('/')[-1]}.jsonl"
-        print(f"warm start: synthesising {syn['tier']} tasks from {repo}", file=sys.stderr)
-        synthesize(SynthConfig(source=repo_path(repo), out=out, repos_dir=repos_dir,
-                               tier=syn["tier"], max_candidates=syn["max_candidates"],
-                               seed=seed, progress=False), log=lambda _: None)
-        rows += [x for x in out.read_text(encoding="utf-8").splitlines() if x.strip()]
-    rows = rows[: syn.get("max_tasks", len(rows))]
-    if not rows:
-        raise ConfigError(f"warm start: the recipe's synthesis accepted no task ({syn})")
+    rows = _synthesise(recipe["synth"], root / "tasks.jsonl", repos_dir, seed)
     tasks = root / "tasks.jsonl"
-    tasks.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    rl_tasks = root / "rl_tasks.jsonl"
+    n_rl = len(_synthesise(recipe["rl"], rl_tasks, repos_dir, seed)) if "rl" in recipe else None
     t_synth = time.perf_counter() - t0
     env_kwargs = {**recipe.get("env_kwargs", {}), "tasks": str(tasks),
                   "max_turns": recipe["max_turns"],
@@ -141,6 +132,7 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
     tokens = [t.num_tokens for t in trajs if t.token_exact]
     return {
         "tasks": str(tasks), "repos_dir": str(repos_dir),
+        "rl_tasks": str(rl_tasks) if n_rl is not None else None, "n_rl_tasks": n_rl,
         "checkpoint": str(root / "rft" / "checkpoint"),
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "tasks"},
         "n_tasks": len(rows), "oracle_resolved": sum(t.resolved for t in trajs),
@@ -150,6 +142,27 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
         "wall_s": {"synth": t_synth, "oracle": t_oracle,
                    "rft": time.perf_counter() - t0 - t_synth - t_oracle},
     }
+
+
+def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
+    """``spec``'s tasks (``repos``, ``tier``, ``max_candidates``, ``max_tasks``) written to
+    ``out``, their repositories under ``repos_dir``; the rows."""
+    from swe_gym.starter import repo_path
+    from swe_gym.synth import SynthConfig, synthesize
+
+    rows: list[str] = []
+    for repo in spec["repos"]:
+        part = out.parent / out.stem / f"{repo.split('/')[-1]}.jsonl"
+        print(f"warm start: synthesising {spec['tier']} tasks from {repo}", file=sys.stderr)
+        synthesize(SynthConfig(source=repo_path(repo), out=part, repos_dir=repos_dir,
+                               tier=spec["tier"], max_candidates=spec["max_candidates"],
+                               seed=seed, progress=False), log=lambda _: None)
+        rows += [x for x in part.read_text(encoding="utf-8").splitlines() if x.strip()]
+    rows = rows[: spec.get("max_tasks", len(rows))]
+    if not rows:
+        raise ConfigError(f"warm start: the recipe's synthesis accepted no task ({spec})")
+    out.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return rows
 
 
 def _oracle_runs(rows: list[str], env_kwargs: dict, policy: str, recipe: dict,
@@ -181,7 +194,11 @@ def apply(cfg: Any) -> Any:
     print(f"warm start {cfg.warm_start!r}: {record['n_tasks']} tasks, the oracle resolved "
           f"{record['oracle_resolved']}, RFT {record['rft_steps']} steps (format-valid per "
           f"epoch {steps or '-'}), built in {wall / 60:.1f} min", file=sys.stderr)
-    env_kwargs = {**record["env_kwargs"], **cfg.env_kwargs, "tasks": record["tasks"]}
+    if record.get("rl_tasks"):
+        print(f"warm start {cfg.warm_start!r}: RL trains on {record['n_rl_tasks']} other tasks "
+              f"({record['rl_tasks']})", file=sys.stderr)
+    env_kwargs = {**record["env_kwargs"], **cfg.env_kwargs,
+                  "tasks": record.get("rl_tasks") or record["tasks"]}
     return dataclasses.replace(cfg, policy=record["checkpoint"], env_kwargs=env_kwargs,
                                warm_start=None)
 

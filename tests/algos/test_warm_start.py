@@ -3,6 +3,7 @@ and an RFT model; a later run reuses them; the run's config then points at them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from algos.dapo import DAPOConfig
 RECIPE = {
     "synth": {"repos": ["starter/durations"], "tier": "guided", "max_candidates": 3,
               "max_tasks": 2},
+    "rl": {"repos": ["starter/tinystats"], "tier": "guided", "max_candidates": 3,
+           "max_tasks": 2},
     "env_kwargs": {"prompt": "compact", "grade_on_truncation": False},
     "max_turns": 3,
     "max_new_tokens": 160,
@@ -55,6 +58,12 @@ def test_warm_start_is_built_once_then_reused(tmp_path: Path, monkeypatch):
     cfg = warm_start.apply(DAPOConfig(policy="tiny-random", warm_start=str(recipe),
                                       env_kwargs={"max_observation_chars": 500}))
     assert cfg.policy == record["checkpoint"] and cfg.warm_start is None
-    assert cfg.env_kwargs["tasks"] == record["tasks"]
+    # RL trains on the rl block's tasks (another repository), not on the warm start's own
+    assert cfg.env_kwargs["tasks"] == record["rl_tasks"] != record["tasks"]
+    rl_rows = [json.loads(x) for x in Path(record["rl_tasks"]).read_text().splitlines()]
+    assert len(rl_rows) == record["n_rl_tasks"] >= 1
+    assert {r["repo"] for r in rl_rows}.isdisjoint(
+        json.loads(x)["repo"] for x in Path(record["tasks"]).read_text().splitlines())
+    assert all((Path(record["repos_dir"]) / r["repo"].replace("/", "__")).is_dir() for r in rl_rows)
     assert cfg.env_kwargs["prompt"] == "compact" and cfg.env_kwargs["max_observation_chars"] == 500
     assert cfg.env_kwargs["sandbox_options"] == {"repos_dir": record["repos_dir"]}
