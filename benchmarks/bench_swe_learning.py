@@ -23,6 +23,7 @@ repository. Every stage is resumable: a re-run with the same ``--work`` reuses w
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -127,9 +128,11 @@ class Runner:
         """Run one stage; its wall time. A stage that finished before with the same command is
         not run again (a re-run after a failure resumes; its first wall time is kept)."""
         done = self.logs / f"{name}.done.json"
-        if done.exists() and _key(json.loads(done.read_text())["argv"]) == _key(argv):
+        key = _key(argv)
+        before = json.loads(done.read_text()) if done.exists() else None
+        if before is not None and before.get("key", _key(before["argv"])) == key:
             print(f"{name}: done before (see {done})", flush=True)
-            self.walls[name] = float(json.loads(done.read_text())["wall_s"])
+            self.walls[name] = float(before["wall_s"])
             return self.walls[name]
         t0 = time.perf_counter()
         log = self.logs / f"{name}.log"
@@ -141,19 +144,31 @@ class Runner:
             tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
             raise SystemExit(f"stage {name} failed (exit {rc}); {log}:\n{tail}")
         wall = time.perf_counter() - t0
-        done.write_text(json.dumps({"argv": list(argv), "wall_s": wall}), encoding="utf-8")
+        done.write_text(json.dumps({"argv": list(argv), "key": key, "wall_s": wall}),
+                        encoding="utf-8")
         self.walls[name] = wall
         return wall
 
 
 def _key(argv: Any) -> list[str]:
     """A stage's command without --concurrency (episodes are seeded per task, run and turn, so
-    how many run at once does not change the result)."""
+    how many run at once does not change the result), each file it names followed by a hash of
+    its content and each model folder by its weights' time stamps: a changed config section or
+    a retrained checkpoint runs the stage again."""
     argv = list(argv)
     if "--concurrency" in argv:
         i = argv.index("--concurrency")
         del argv[i : i + 2]
-    return argv
+    return [x for token in argv for x in (token, *_fingerprint(token))]
+
+
+def _fingerprint(token: str) -> list[str]:
+    path = Path(token.split(":", 1)[1] if token.startswith(("vllm:", "hf:")) else token)
+    if not path.is_absolute() or not path.exists():
+        return []
+    if path.is_file():
+        return [hashlib.sha256(path.read_bytes()).hexdigest()[:16]]
+    return [f"{w.name}@{w.stat().st_mtime_ns}" for w in sorted(path.glob("*.safetensors"))]
 
 
 def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> dict[str, Any]:

@@ -14,8 +14,14 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_swe_learning.py"
 
 
+PRESETS = Path(__file__).resolve().parents[2] / "algos" / "presets"
+
+
 @pytest.mark.slow
-def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+@pytest.mark.parametrize("preset", [None, "swe_learning_gpu.yaml"], ids=["cpu", "gpu-preset"])
+def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    preset: str | None):
+    """The default (CPU) preset and the one-GPU preset, each cut to a toy size by flags."""
     spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -47,6 +53,7 @@ def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixtur
             "2",
             "--policy",
             "tiny-random",
+            *(["--preset", str(PRESETS / preset)] if preset else []),
         ]
     )
     assert rc == 0
@@ -73,3 +80,22 @@ def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [r["epoch"] for r in result["rft_metrics"] if "format_valid" in r] == [0, 1]
     assert "two standard errors" in capsys.readouterr().out
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_stage_reruns_when_a_file_it_reads_changes(tmp_path: Path):
+    """Resuming reuses a finished stage only while its command and the files it names (a
+    config section, a checkpoint's weights) are unchanged."""
+    spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    run = bench.Runner(tmp_path / "work", tmp_path / "repos", progress=False)
+    cfg, count = tmp_path / "stage.yaml", tmp_path / "runs.txt"
+    cfg.write_text("lr: 1.0e-5\n")
+    argv = ("-c", f"open({str(count)!r}, 'a').write('x')", str(cfg))
+    run("stage", *argv)
+    run("stage", *argv, "--concurrency", "4")  # how many run at once is not part of the key
+    assert count.read_text() == "x"
+    cfg.write_text("lr: 2.0e-5\n")
+    run("stage", *argv)
+    assert count.read_text() == "xx"
