@@ -1,5 +1,6 @@
 """Token-exact chat: the ids of the initial prompt and of each appended message, never
-re-tokenising earlier turns (methods.md section 7: chat templates are not append-only).
+re-tokenising earlier turns (chat templates are not append-only:
+docs/methods.md#token-exact-trajectories).
 
 The trick: render ``[dummy prefix + new message]`` and subtract the rendering of the dummy prefix.
 The prefix is fixed (system, user, assistant), so the delta does not depend on the real history,

@@ -1,8 +1,9 @@
 """Evaluate a model on an env: ``python -m agents.evaluate --env SWEStarter-v0 --model oracle``.
 
 Runs ``--runs K`` episodes per task (``agents.rollout``), prints a per-task table, pass@1 as the
-mean over runs with its standard error (methods.md section 4 reports Pass@1 as the mean over 10
-runs), and pass@k with the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` averaged over tasks.
+mean over runs with its standard error (the Nebius work reports Pass@1 as the mean over 10 runs,
+docs/methods.md#validation), and pass@k with the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
+averaged over tasks.
 Writes ``trajectories.jsonl``, SWE-bench ``predictions.jsonl`` (run 0; ``predictions_run<j>.jsonl``
 for the others) and ``summary.json`` to ``--out``.
 

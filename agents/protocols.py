@@ -1,9 +1,10 @@
 """The small protocols a user plugs into: ``Model`` and ``Agent``. Concrete classes need not inherit.
 
-Token-in/token-out (methods.md section 7): a ``Conversation`` holds the exact token ids the model
-was conditioned on. Backends that work on tokens (transformers, vLLM, scripted) extend it with the
-ids they sampled; a text-level backend (an OpenAI-compatible endpoint) fills ``token_ids`` only
-when the server returns them, and says so with ``token_exact=False`` otherwise.
+Token-in/token-out (docs/methods.md#token-exact-trajectories): a ``Conversation`` holds the exact
+token ids the model was conditioned on. Backends that work on tokens (transformers, vLLM,
+scripted) extend it with the ids they sampled; a text-level backend (an OpenAI-compatible
+endpoint) fills ``token_ids`` only when the server returns them, and says so with
+``token_exact=False`` otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass
 class SamplingParams:
-    """Sampling settings. Defaults follow methods.md section 4 (temperature 1.0, no top-k/p)."""
+    """Sampling settings. Defaults: docs/methods.md#react-scaffold (temperature 1.0, no top-k/p)."""
 
     temperature: float = 1.0
     top_p: float = 1.0

@@ -1,4 +1,4 @@
-"""The reference ReAct loop (methods.md section 4: full history, one command per turn) and
+"""The reference ReAct loop (docs/methods.md#react-scaffold: full history, one command per turn) and
 ``run_episode``, which drives any ``Agent`` through one env episode and returns a ``Trajectory``.
 
 Control flow uses a few named exceptions (``AgentStop`` and its subclasses): the agent raises

@@ -1,4 +1,6 @@
-"""Token-exact trajectories (methods.md section 7) and their versioned JSONL form.
+"""Token-exact trajectories and their versioned JSONL form.
+
+Why token-exact: docs/methods.md#token-exact-trajectories.
 
 A trajectory is a list of turns. Turn ``t`` holds ``prompt_delta_ids``, the exact ids appended to
 the context before its generation (turn 0: the whole initial prompt; later turns: the
@@ -9,7 +11,7 @@ the prefix up to ``delta_t`` is exactly what the model was conditioned on at tur
 
 Loss mask: 1 on completion (policy) tokens, 0 on every prompt-delta token (system, user,
 observation, template filler). ``mask_invalid=True`` also zeroes completions whose action the env
-rejected (RFT masks format errors out of the loss, methods.md section 4).
+rejected (RFT masks format errors out of the loss, docs/methods.md#rft).
 
 Policy versions (asynchronous RL): each turn records the engine's weights version that sampled
 it (``Generation.policy_version``); with in-flight weight updates the turns of one episode may

@@ -320,7 +320,7 @@ class RunConfig:
     """Prompt + completion budget of an episode; longer trajectories are truncated for the
     learner (counted as 'truncated')."""
     temperature: float = 1.0
-    """Sampling temperature (top-k/top-p stay off: methods.md 4)."""
+    """Sampling temperature (top-k/top-p stay off: docs/methods.md#react-scaffold)."""
     max_consecutive_invalid: int | None = 5
     """Invalid actions in a row before the agent gives up (none: no cap)."""
     episode_timeout_s: float | None = None

@@ -13,7 +13,7 @@ over tokens). ``metrics`` maps names to Python floats computed over the tokens g
 learner averages them over micro-batches weighted by token counts; keys ending in ``_max`` /
 ``_min`` are combined with max / min).
 
-Section numbers refer to ``shared/methods.md``.
+The formulas, the config fields that choose them and their sources: ``docs/methods.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def agg_loss(
 
     Modes (L = per-token loss, m = mask, |.| = number of loss tokens):
 
-    - ``token-mean`` (DAPO token-level loss, methods.md 5; Nebius, methods.md 4):
+    - ``token-mean`` (DAPO token-level loss, docs/methods.md#token-level-loss-averaging):
       ``sum_{i,t} m_it L_it / N`` with ``N = global_token_count`` when given (the number of
       loss tokens in the WHOLE step, across micro-batches and ranks, so that summing the
       micro-batch losses gives the full-batch loss), else the local ``sum(m)``.
@@ -132,7 +132,7 @@ def group_advantages(
     normalize_std: bool = True,
     eps: float = 1e-6,
 ) -> Tensor:
-    """Group-relative advantages (GRPO, methods.md 3; Nebius/DAPO use the same, methods.md 4-5).
+    """Group-relative advantages (GRPO, docs/methods.md#grpo; DAPO uses the same).
 
     ``A_i = (r_i - mean_g(r)) / (std_g(r) + eps)`` with ``normalize_std``, else
     ``A_i = r_i - mean_g(r)``; ``std`` is the unbiased (n-1) sample std of the group.
@@ -168,7 +168,8 @@ def group_advantages(
 
 
 def keep_nonconstant_groups(rewards: Tensor, group_index: Tensor | None = None) -> Tensor:
-    """DAPO dynamic sampling predicate (methods.md 5): keep samples whose group rewards differ.
+    """DAPO dynamic sampling predicate: keep samples whose group rewards differ
+    (docs/methods.md#dynamic-sampling).
 
     Returns a boolean keep-mask shaped like ``rewards`` (``[N]`` with ``group_index``, or
     ``[G, n]``); False for every sample of a group with zero reward std (all equal, including a
@@ -187,7 +188,7 @@ def keep_nonconstant_groups(rewards: Tensor, group_index: Tensor | None = None) 
 def keep_nonzero_advantage(
     advantages: Tensor, mask: Tensor | None = None, atol: float = 0.0
 ) -> Tensor:
-    """Nebius filter (methods.md 4): drop samples whose advantage is zero.
+    """Nebius filter (docs/methods.md#zero-advantage-filter): drop samples whose advantage is zero.
 
     ``advantages`` ``[N]`` (per sequence) or ``[N, T]`` (per token, with ``mask``): a sample is
     kept if any of its (masked) advantages has ``|A| > atol``. Returns a bool ``[N]``.
@@ -206,7 +207,7 @@ def keep_nonzero_advantage(
 
 
 def overlong_penalty(lengths: Tensor, max_len: int = 20480, cache_len: int = 4096) -> Tensor:
-    """DAPO soft overlong punishment (methods.md 5), added to the task reward.
+    """DAPO soft overlong punishment (docs/methods.md#overlong-shaping), added to the task reward.
 
     ``R = 0`` if ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache`` if
     ``L_max - L_cache < |y| <= L_max``; ``-1`` beyond ``L_max``. ``lengths`` ``[N]`` (tokens).
@@ -221,7 +222,8 @@ def overlong_penalty(lengths: Tensor, max_len: int = 20480, cache_len: int = 409
 
 
 def turn_length_penalty(turns: Tensor, threshold: int = 10, max_turns: int = 40) -> Tensor:
-    """Nebius turn-based length penalty (methods.md 4), added to the binary task reward.
+    """Nebius turn-based length penalty, added to the binary task reward
+    (docs/methods.md#turn-based-length-penalty).
 
     ``R_len = 0`` if ``|tau| < L_thr`` else ``(L_thr - |tau|) / (T_max - L_thr)``, with |tau| in
     turns; it reaches -1 at ``T_max`` (no clamp beyond: the env caps episodes at T_max).
@@ -239,7 +241,7 @@ def turn_length_penalty(turns: Tensor, threshold: int = 10, max_turns: int = 40)
 
 
 def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:
-    """Per-token KL(pi || pi_ref) estimators on sampled tokens (methods.md 6; Schulman 2020).
+    """Per-token KL(pi || pi_ref) estimators on sampled tokens (docs/methods.md#kl-estimators).
 
     ``k1 = logp - ref``; ``k2 = (logp - ref)^2 / 2``; ``k3 = exp(ref - logp) - (ref - logp) - 1``
     (unbiased, non-negative; GRPO's choice). The log-ratio is clamped to +-20 before exp.
@@ -357,7 +359,8 @@ def clipped_policy_loss(
     global_token_count: int | float | Tensor | None = None,
     global_seq_count: int | float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """PPO/GRPO clipped surrogate with asymmetric clip (DAPO clip-higher, methods.md 3-5).
+    """PPO/GRPO clipped surrogate with asymmetric clip (DAPO clip-higher,
+    docs/methods.md#asymmetric-clipping).
 
     Per token, with ``r = exp(logp - old_logp)``:
     ``L = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``; with dual clip ``c > 1``
@@ -368,7 +371,7 @@ def clipped_policy_loss(
     Shapes: ``logprobs``, ``old_logprobs``, ``mask`` ``[B, T]``; ``advantages`` ``[B, T]`` or
     ``[B]``. Metrics: ``clip_frac_low`` (A<0, r<1-eps_low: gradient cut),
     ``clip_frac_high`` (A>0, r>1+eps_high), ``dual_clip_frac``, ``approx_kl`` (k3 estimate of
-    KL(old || new), methods.md 6), ``ratio_mean``, ``ratio_max``, ``ratio_min``, ``pg_loss``.
+    KL(old || new)), ``ratio_mean``, ``ratio_max``, ``ratio_min``, ``pg_loss``.
     """
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip eps must be >= 0; got eps_low={eps_low}, eps_high={eps_high}")
@@ -408,7 +411,7 @@ def clipped_policy_loss(
 @register_policy_loss("ppo")
 def ppo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
              clip_eps: float = 0.2, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:
-    """GRPO/PPO: symmetric clip ``eps_low = eps_high = clip_eps`` (methods.md 3).
+    """GRPO/PPO: symmetric clip ``eps_low = eps_high = clip_eps`` (docs/methods.md#grpo).
 
     Equation, shapes and metrics: :func:`clipped_policy_loss` (``eps_low``/``eps_high``/
     ``dual_clip`` may also be passed and win over ``clip_eps``).
@@ -427,9 +430,9 @@ def dapo_loss(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
     eps_low: float = 0.2, eps_high: float = 0.28, **kwargs: Any,
 ) -> tuple[Tensor, dict[str, float]]:
-    """DAPO clip-higher (methods.md 5): ``eps_low=0.2, eps_high=0.28`` by default; use with
-    ``agg_mode="token-mean"`` and the global token count. Nebius stage 1/2 use (0.2, 0.3) /
-    (0.2, 0.26) (methods.md 4). Equation: :func:`clipped_policy_loss`.
+    """DAPO clip-higher (docs/methods.md#asymmetric-clipping): ``eps_low=0.2, eps_high=0.28`` by
+    default; use with ``agg_mode="token-mean"`` and the global token count. Nebius stage 1/2
+    use (0.2, 0.3) / (0.2, 0.26) (docs/methods.md#stages). Equation: :func:`clipped_policy_loss`.
     """
     return clipped_policy_loss(
         logprobs, old_logprobs, advantages, mask, eps_low=eps_low, eps_high=eps_high, **kwargs
@@ -457,7 +460,7 @@ def sft_loss(
     global_seq_count: int | float | Tensor | None = None, token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Negative log-likelihood of the policy tokens: RFT = SFT on filtered passing trajectories
-    (methods.md 4). ``L = -logp`` per token (times ``token_weights`` when given, as every
+    (docs/methods.md#rft). ``L = -logp`` per token (times ``token_weights`` when given, as every
     registered loss); ``old_logprobs`` and ``advantages`` are ignored.
     Metric ``nll`` is the mean over loss tokens.
     """

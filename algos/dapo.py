@@ -1,4 +1,4 @@
-"""Modified DAPO for multi-turn SWE agents (Nebius, methods.md 4; DAPO, methods.md 5).
+"""Modified DAPO for multi-turn SWE agents (docs/methods.md#modified-dapo).
 
 ``python -m algos.dapo --preset cpu`` (a few minutes on 2 CPU cores), ``--stage 1``, ``--stage 2``.
 
@@ -37,7 +37,7 @@ from algos.trainer import run_cli
 
 @dataclass
 class DAPOConfig(RLConfig):
-    """Modified DAPO (defaults: Nebius stage 1, methods.md 4)."""
+    """Modified DAPO (defaults: Nebius stage 1, docs/methods.md#stages)."""
 
     iterations: int = 100
     """Training iterations (rollouts + several optimiser steps each)."""
@@ -62,7 +62,8 @@ class DAPOConfig(RLConfig):
     normalize_std: bool = True
     """Divide advantages by the group std (false: mean-centred only)."""
     length_penalty: bool = True
-    """Add the turn-based length penalty (methods.md 4) to the reward."""
+    """Add the turn-based length penalty to the reward
+    (docs/methods.md#turn-based-length-penalty)."""
     length_threshold: int = 10
     """L_thr of the length penalty, in turns (T_max is max_turns)."""
     overlong_filter: bool = False
@@ -85,7 +86,7 @@ class DAPOConfig(RLConfig):
     kl_coef: float = 0.0
     """KL(pi || pi_ref) weight; the method uses none."""
     kl_estimator: str = "k3"
-    """k1, k2 or k3 (methods.md 6)."""
+    """k1, k2 or k3 (docs/methods.md#kl-estimators)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always logged)."""
     lr: float = 1e-6
@@ -119,8 +120,8 @@ class DAPOConfig(RLConfig):
         if (slow_bf16 := slow_bf16_warning(self)) is not None:
             warn(slow_bf16)
         if self.kl_coef > 0:
-            warn(f"kl_coef={self.kl_coef}: modified DAPO uses no KL term (methods.md 4); the KL "
-                 "penalty will be applied anyway")
+            warn(f"kl_coef={self.kl_coef}: modified DAPO uses no KL term "
+                 "(docs/methods.md#modified-dapo); the KL penalty will be applied anyway")
 
     def learner_config(self) -> LearnerConfig:
         kwargs = {} if self.loss in ("pg", "sft") else {"eps_low": self.eps_low,

@@ -1,4 +1,4 @@
-"""GRPO as in SWE-RL (methods.md 3): group-normalised advantages, clipped ratio, KL to the
+"""GRPO as in SWE-RL (docs/methods.md#grpo): group-normalised advantages, clipped ratio, KL to the
 reference policy.
 
 ``python -m algos.grpo --env SWERL-v0`` (single-turn patch generation with the similarity
@@ -26,7 +26,7 @@ from algos.trainer import run_cli
 
 @dataclass
 class GRPOConfig(RLConfig):
-    """GRPO (defaults: SWE-RL where published, methods.md 3)."""
+    """GRPO (defaults: SWE-RL where published, docs/methods.md#grpo)."""
 
     iterations: int = 1600
     """Training iterations (SWE-RL: 1,600 steps)."""
@@ -43,7 +43,7 @@ class GRPOConfig(RLConfig):
     kl_coef: float = 0.04
     """beta of the KL(pi || pi_ref) penalty (must be > 0 for GRPO)."""
     kl_estimator: str = "k3"
-    """k1, k2 or k3 (methods.md 6)."""
+    """k1, k2 or k3 (docs/methods.md#kl-estimators)."""
     loss: str = "grpo"
     """Policy loss name in algos.core's registry."""
     agg_mode: str = "seq-mean-token-mean"

@@ -16,7 +16,7 @@
 
 A non-finite loss or gradient norm skips the step (no update, counted in ``skipped_steps``
 and logged). RFT = ``loss="sft"``; GRPO = ``loss="ppo"`` with ``kl_coef > 0``; DAPO =
-``loss="dapo"`` with ``agg_mode="token-mean"`` (methods.md 3-5). The model is any Hugging Face
+``loss="dapo"`` with ``agg_mode="token-mean"`` (docs/methods.md#dapo). The model is any Hugging Face
 causal LM; this module never imports agents or envs.
 
 On CUDA (and only there; the CPU path is unchanged) with ``bf16``: forward/backward on a bf16
@@ -66,7 +66,7 @@ SCHEDULES = ("constant", "cosine")
 
 @dataclass
 class LearnerConfig:
-    """Everything the learner reads. Defaults follow the Nebius DAPO stage (methods.md 4)."""
+    """Everything the learner reads. Defaults: the Nebius DAPO stage 1 (docs/methods.md#stages)."""
 
     lr: float = 1e-6
     """Peak learning rate (AdamW)."""

@@ -1,4 +1,6 @@
-"""Rejection fine-tuning, Nebius stage 0 (methods.md 4): SFT on the policy's own passing runs.
+"""Rejection fine-tuning, Nebius stage 0: SFT on the policy's own passing runs.
+
+The method: docs/methods.md#rft.
 
 ``python -m algos.rft --rollout-model oracle --tasks ...`` or ``--trajectories a.jsonl b.jsonl``.
 
@@ -86,7 +88,7 @@ RESULT_COLUMNS = (
 
 @dataclass
 class RFTConfig(RunConfig):
-    """Rejection fine-tuning (defaults: Nebius RFT, methods.md 4)."""
+    """Rejection fine-tuning (defaults: Nebius RFT, docs/methods.md#rft)."""
 
     trajectories: list[str] | None = None
     """Trajectory JSONL files to train on instead of rolling out (comma-separated)."""

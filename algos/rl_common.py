@@ -46,7 +46,8 @@ def validate_rl_config(cfg: Any) -> None:
 
 
 def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
-    """The LearnerConfig an RL config implies (constant lr after warm-up, methods.md 4-5)."""
+    """The LearnerConfig an RL config implies (constant lr after warm-up,
+    docs/methods.md#modified-dapo)."""
     return LearnerConfig(
         lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
         warmup_steps=cfg.warmup_steps, schedule="constant",

@@ -59,7 +59,8 @@ def env_accepts(env_id: str, name: str) -> bool:
 
 
 def filter_pool_by_solve_rate(pool: list[str], path: str | Path, high: float = 2 / 3) -> list[str]:
-    """Stage 2 pool (methods.md 4): drop tasks solved >= ``high`` of the time and never solved.
+    """Stage 2 pool: drop tasks solved >= ``high`` of the time and never solved
+    (docs/methods.md#stages).
 
     ``path``: JSON ``{task_id: rate}`` or ``{task_id: {"attempts": n, "resolved": k}}`` (what a
     stage-1 run writes to ``solve_rates.json``). Tasks missing from the file are dropped.

@@ -107,7 +107,7 @@ def load_reward_fn(spec: str | None) -> Callable[[Trajectory], float] | None:
 
 
 def is_overlong(traj: Trajectory) -> bool:
-    """Cut by a limit rather than ended by the agent (methods.md 4-5 "overlong")."""
+    """Cut by a limit rather than ended by the agent (docs/methods.md#overlong-shaping)."""
     if traj.finish_reason in ("max_turns", "context_overflow"):
         return True
     return bool(traj.turns) and traj.turns[-1].completion_finish_reason == "length"
@@ -200,8 +200,8 @@ def check_episode_errors(counters: Counters, max_share: float, where: str) -> No
 
 def assign_advantages(scored: list[Scored], estimator: str = "grpo",
                       normalize_std: bool = True) -> None:
-    """Group advantages (methods.md 3-5; ``estimator``: grpo or rloo) written into each
-    ``Scored``."""
+    """Group advantages (``estimator``: grpo, docs/methods.md#grpo, or rloo,
+    docs/methods.md#rloo) written into each ``Scored``."""
     if not scored:
         return
     rewards = torch.tensor([s.reward for s in scored], dtype=torch.float64)

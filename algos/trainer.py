@@ -1,6 +1,6 @@
 """The one RL loop behind ``algos.grpo`` and ``algos.dapo``: iterate, train, push, log, checkpoint.
 
-One iteration (:meth:`Trainer.iteration_step`), methods.md 3-5:
+One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
 
 1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollouts.TaskSampler``,
    resumable);

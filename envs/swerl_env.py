@@ -1,4 +1,4 @@
-"""``SWERLEnv``: single-turn SWE-RL patch generation (methods.md section 3).
+"""``SWERLEnv``: single-turn SWE-RL patch generation (docs/methods.md#swe-rl).
 
 One episode = one task: ``reset`` returns the SWE-RL prompt (issue + code context + format
 instructions), ``step(response)`` scores the model's ``<think>/<solution>`` answer and ends the

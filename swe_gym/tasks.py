@@ -1,4 +1,4 @@
-"""Task rows in the SWE-bench / SWE-rebench schema (methods.md section 1), normalised.
+"""Task rows in the SWE-bench / SWE-rebench schema (docs/methods.md#task-data), normalised.
 
 ``load_tasks(source)`` accepts a hub dataset id (through ``datasets``), a local JSONL / JSON /
 parquet file, a list of dicts or of ``Task``; it returns ``list[Task]``. FAIL_TO_PASS and

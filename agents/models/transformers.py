@@ -6,7 +6,7 @@ decode loop, so the ids and log-probs it returns are the ones actually sampled.
 Log-prob semantics (shared with ``VLLMModel``, which uses vLLM's ``processed_logprobs``): the
 log-prob of each sampled token under the distribution it was sampled from, i.e. the log-softmax
 of the logits after temperature scaling AND after top-k/top-p truncation (renormalised over the
-kept tokens). With top-k/top-p off (the RL default, methods.md section 4) this is
+kept tokens). With top-k/top-p off (the RL default, docs/methods.md#react-scaffold) this is
 ``log_softmax(logits / T)``, exactly what a learner computes for the policy at temperature T.
 Greedy decoding (temperature 0) reports ``log_softmax(logits)`` (temperature 1, no truncation).
 

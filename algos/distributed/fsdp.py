@@ -9,7 +9,7 @@ One code path for every scale:
   ``fully_shard`` over the flattened ``dp_cp`` dimension (every rank holds 1/N of the weights;
   CP ranks are data-parallel replicas for the weights, they only split the sequence).
 
-Loss normalisation (methods.md section 5, "token-level loss"): every rank's loss is
+Loss normalisation (docs/methods.md#token-level-loss-averaging): every rank's loss is
 ``sum(local per-token losses) / global_loss_tokens`` where ``global_loss_tokens`` is
 :func:`all_reduce_token_count` of the local counts over the whole world. The true gradient is then
 the *sum* of the per-rank gradients, so :func:`shard_model` sets FSDP's gradient divide factor

@@ -1,6 +1,6 @@
 """Long-context settings: the stage-2 YaRN rope extension and a "does it fit" check.
 
-Stage 2 of the Nebius recipe (methods.md section 4) trains at 131k tokens with the rope extended
+Stage 2 of the Nebius recipe (docs/methods.md#stages) trains at 131k tokens with the rope extended
 by YaRN, factor 4 (a 32k-native model -> 131k). In transformers 5.x the rope settings live in
 ``config.rope_parameters`` (``rope_scaling`` is still accepted as the legacy name and is
 normalised into it): ``{"rope_type": "yarn", "factor": 4.0,
@@ -50,7 +50,7 @@ def apply_yarn(config: Any, factor: float = STAGE2_YARN_FACTOR,
 
 
 def stage2_config(config: Any, original_max_position_embeddings: int | None = None) -> Any:
-    """The stage-2 preset: YaRN factor 4 (methods.md: 131k context)."""
+    """The stage-2 preset: YaRN factor 4 (docs/methods.md#stages: 131k context)."""
     return apply_yarn(config, STAGE2_YARN_FACTOR, original_max_position_embeddings)
 
 

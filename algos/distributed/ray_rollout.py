@@ -6,7 +6,7 @@
   :func:`agents.rollout.rollout` (per-episode timeout, env always closed).
 - **Sandbox starts** are capped per node by one ``NodeStartLimiter`` actor per node (an asyncio
   semaphore pinned to that node): a worker takes a slot around ``env.reset()`` (where the
-  sandbox starts), so a burst of resets cannot storm one Docker daemon (methods.md section 7).
+  sandbox starts), so a burst of resets cannot storm one Docker daemon.
 - **Inference engines** (``InferenceEngine`` actors, e.g. a ``VLLMModel`` each, data-parallel;
   ``engine_num_gpus`` > 1 for a tensor-parallel engine) are shared by every worker: the model
   inside a worker is an :class:`EngineProxy` (the ``Model`` protocol) that calls an engine,
@@ -50,7 +50,7 @@ class RayRolloutConfig:
     worker_concurrency: int = 4
     """Episodes one worker runs at once (threads)."""
     worker_num_cpus: float = 1.0
-    """Ray CPUs reserved per worker (the sandboxes' share; 0.5 CPU/agent in methods.md)."""
+    """Ray CPUs reserved per worker (the sandboxes' share; Nebius gives an agent 0.5 CPU)."""
     max_sandbox_starts_per_node: int = 8
     on_failure: str = "retry"
     """retry | record | drop: what happens to the in-flight episodes of a dead worker."""

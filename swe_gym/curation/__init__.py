@@ -1,4 +1,5 @@
-"""SWE-RL data curation: GH Archive events + local clones -> SWE-rebench rows (methods.md s. 3).
+"""SWE-RL data curation: GH Archive events + local clones -> SWE-rebench rows
+(docs/methods.md#swe-rl).
 
 ``curate(CurationConfig(...)) -> Summary``; CLI ``python -m swe_gym.curate``.
 """

@@ -1,4 +1,4 @@
-"""SWE-RL data curation (methods.md section 3, "Curation"): GH Archive events + local clones ->
+"""SWE-RL data curation (docs/methods.md#swe-rl): GH Archive events + local clones ->
 task rows in the SWE-rebench schema.
 
 For each merged PR: link issues (closing keywords and plain references), find its change in

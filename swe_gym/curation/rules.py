@@ -1,4 +1,4 @@
-"""Curation rules: linked issues, bot PRs, test-file paths, licences (methods.md section 3)."""
+"""Curation rules: linked issues, bot PRs, test-file paths, licences (docs/methods.md#swe-rl)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def linked_issue_numbers(
 
 # -------------------------------------------------------------------------------- bot PRs
 
-# methods.md section 3: title/user contains one of these.
+# SWE-RL's rule (docs/methods.md#swe-rl): title/user contains one of these.
 BOT_MARKERS = ("[bot]", "dependabot", "renovate", "bump", "automerge")
 
 

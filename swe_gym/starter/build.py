@@ -74,7 +74,7 @@ INSTALL_CONFIG: dict[str, Any] = {
 # files; feature: new behaviour asked for in the issue (checked in patch_problems).
 KINDS = ("one-line", "multi-hunk", "multi-file", "feature")
 DIFFICULTIES = ("easy", "medium", "hard")
-PASSING = ("PASSED", "XFAIL")  # the SWE-bench rule (methods.md section 2)
+PASSING = ("PASSED", "XFAIL")  # the SWE-bench rule (docs/methods.md#grading)
 TEST_TIMEOUT_S = 120
 
 

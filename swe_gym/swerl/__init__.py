@@ -1,4 +1,5 @@
-"""SWE-RL: single-turn patch generation with a rule-based similarity reward (methods.md s. 3).
+"""SWE-RL: single-turn patch generation with a rule-based similarity reward
+(docs/methods.md#swe-rl).
 
 - ``format``: parse ``<think>...</think><solution>...</solution>`` and SEARCH/REPLACE blocks.
 - ``apply``: apply edits and unified diffs to in-memory files; write git patches.

@@ -1,5 +1,5 @@
 """Code context for SWE-RL prompts: files at a commit from a local clone, and relevant-file
-selectors (methods.md section 3: "Relevant-but-unmodified files are added to the context").
+selectors (docs/methods.md#swe-rl: relevant but unmodified files are added to the context).
 
 A selector is any callable ``(issue_text, candidates: {path: content}, k) -> [path, ...]``
 (best first). ``BM25Selector`` is the built-in one: BM25 over identifiers, stdlib only.

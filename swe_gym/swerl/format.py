@@ -1,5 +1,5 @@
 """Parse an SWE-RL response: ``<think>...</think><solution>...</solution>`` holding
-SEARCH/REPLACE blocks (methods.md section 3, "Output format").
+SEARCH/REPLACE blocks (docs/methods.md#swe-rl).
 
 A block is a fenced code block::
 

@@ -1,4 +1,4 @@
-"""The SWE-RL prompt (methods.md section 3): a system prompt asking for a thinking part and a
+"""The SWE-RL prompt (docs/methods.md#swe-rl): a system prompt asking for a thinking part and a
 solution part, and a user prompt with the issue, the code context and the SEARCH/REPLACE
 format instructions. Wording is ours; the structure follows the SWE-RL paper's prompt."""
 

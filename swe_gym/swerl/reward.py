@@ -1,4 +1,4 @@
-"""The SWE-RL similarity reward (methods.md section 3, "Reward").
+"""The SWE-RL similarity reward (docs/methods.md#swe-rl).
 
 ``swerl_reward(response, files, oracle_patch)``: -1 on any format error (with a reason code);
 otherwise apply the SEARCH/REPLACE edits, diff each changed file against its original (unified
@@ -51,7 +51,7 @@ def change_similarities(
     pred_new: Mapping[str, str | None],
     oracle_new: Mapping[str, str | None],
 ) -> dict[str, float]:
-    """Per-file similarity over the union of files either side changed (methods.md section 3)."""
+    """Per-file similarity over the union of files either side changed (docs/methods.md#swe-rl)."""
     pred = {p: unified_diff_body(files.get(p, ""), c or "") for p, c in pred_new.items()}
     oracle = {p: unified_diff_body(files.get(p, ""), c or "") for p, c in oracle_new.items()}
     pred = {p: d for p, d in pred.items() if d}

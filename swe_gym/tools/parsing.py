@@ -2,8 +2,8 @@
 
 Two formats, chosen by the env's ``action_format`` option:
 
-- ``fenced`` (the source work's, methods.md section 4): free reasoning, then exactly one fenced
-  code block holding one command. A block whose first word is ``str_replace_editor`` or
+- ``fenced`` (the Nebius work's, docs/methods.md#react-scaffold): free reasoning, then exactly
+  one fenced code block holding one command. A block whose first word is ``str_replace_editor`` or
   ``submit`` calls that tool; anything else is a ``bash`` command.
 - ``json``: an OpenAI-style tool call (``{"name": ..., "arguments": {...}}``, or
   ``{"tool_calls": [{"function": {"name": ..., "arguments": "<json>"}}]}``) or a

@@ -137,8 +137,8 @@ def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
 
 
 def test_invalid_action_masking_reaches_the_samples_only_when_asked():
-    """RFT's invalid-action masking (methods.md): an invalid turn's completion is trained on
-    unless ``mask_invalid``; the prompt tokens never are."""
+    """RFT's invalid-action masking (docs/methods.md#rft): an invalid turn's completion is trained
+    on unless ``mask_invalid``; the prompt tokens never are."""
     turns = [Turn(prompt_delta_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-.1, -.2],
                   invalid_action=True),
              Turn(prompt_delta_ids=[5], completion_ids=[6, 7], completion_logprobs=[-.3, -.4])]

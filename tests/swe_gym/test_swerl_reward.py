@@ -1,4 +1,4 @@
-"""SWE-RL format checks and similarity reward on hand-made responses (methods.md section 3)."""
+"""SWE-RL format checks and similarity reward on hand-made responses (docs/methods.md#swe-rl)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ FIX_DIV = block(
 
 
 def body(old: str, new: str) -> str:
-    """The expected per-file diff, written out with difflib the way methods.md defines it."""
+    """The expected per-file diff, written out with difflib (docs/methods.md#swe-rl)."""
     lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3))
     return "\n".join(lines[2:])
 
