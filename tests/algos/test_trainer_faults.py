@@ -117,6 +117,7 @@ def test_prompt_longer_than_context_fails_before_rollouts(tmp_path: Path):
     assert not (Path(cfg.run_dir) / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow  # two CLI processes, the first run until two iterations are logged
 def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
     run = tmp_path / "run"
     args = [sys.executable, "-m", "algos.dapo", "--env", "ToyKeyword-v0", "--env-kwargs",

@@ -5,6 +5,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
+import pytest
 
 import swe_gym  # noqa: F401
 from swe_gym.oracle import oracle_actions
@@ -66,12 +67,14 @@ def test_suite_shape():
     assert all(t.PASS_TO_PASS for t in TASKS)
 
 
+@pytest.mark.slow  # three graded episodes per bundled task
 def test_oracle_one_empty_zero_broken_p2p_zero_for_every_task():
     with ThreadPoolExecutor(2) as pool:
         done = list(pool.map(_check, TASKS))
     assert done == [t.instance_id for t in TASKS]
 
 
+@pytest.mark.slow  # every bundled task graded twice (empty patch, gold patch)
 def test_validator_passes_on_the_bundled_suite(capsys):
     assert validate_main(["--jobs", "2"]) == 0
     out = capsys.readouterr().out

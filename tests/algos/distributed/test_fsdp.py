@@ -84,6 +84,9 @@ def test_cp_must_divide_world():
         setup_distributed(device="tpu")
 
 
+# The tests on ``runs`` share its launches (python, torchrun x2 and x4, two resumes: about a
+# minute on 2 cores) and the real learner's three: slow, outside the fast lane.
+@pytest.mark.slow
 def test_two_ranks_and_dp_cp_mesh_match_one_process(runs):
     one = runs["w1"]
     for name, mesh in (("w2", (2, 1)), ("w4", (2, 2))):
@@ -96,6 +99,7 @@ def test_two_ranks_and_dp_cp_mesh_match_one_process(runs):
         assert _max_param_diff(one["params"], other["params"]) < PARAM_TOL, name  # 2 SGD steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resumed", ["r1from2", "r2from2"])
 def test_sharded_checkpoint_resumes_across_world_sizes(runs, resumed):
     """Saved after step 1 with N processes, loaded with M: step 2 equals the uninterrupted run."""
@@ -106,6 +110,7 @@ def test_sharded_checkpoint_resumes_across_world_sizes(runs, resumed):
     assert _max_param_diff(full["params"], res["params"]) < PARAM_TOL  # incl. momentum
 
 
+@pytest.mark.slow
 def test_export_hf_writes_one_loadable_folder(runs):
     from transformers import AutoModelForCausalLM
 
@@ -122,6 +127,7 @@ def test_export_hf_refuses_a_non_checkpoint(tmp_path):
         export_hf(tmp_path, tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, torchrun_fn):
     """algos.learner.Learner via make_learner: DAPO loss, packing, uneven micro-batch counts."""
     worker = str(HERE / "learner_worker.py")

@@ -24,6 +24,7 @@ TOY = ["--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "e"}', "--policy", 
        "--max-steps-per-iteration", "1", "--old-logprobs", "sampler"]
 
 
+@pytest.mark.slow  # three runs of the CLI, two of them torchrun x2
 def test_torchrun_matches_one_process_and_resumes_with_one(tmp_path: Path, torchrun_fn):
     one, two = tmp_path / "one", tmp_path / "two"
     torchrun_fn(["-m", "algos.dapo", *TOY, "--iterations", "2", "--run-dir", str(two)], nproc=2)
