@@ -129,11 +129,13 @@ def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
     proc = subprocess.Popen([*args, "--iterations", "1000", "--run-dir", str(run)], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run / "metrics.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a bound, not a wait: the loop ends on two logged rows
     while time.monotonic() < deadline and proc.poll() is None:
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
             break
         time.sleep(0.2)
+    assert proc.poll() is None and metrics.exists() and len(read_metrics(run)) >= 2, (
+        "the run ended or logged fewer than two iterations: nothing to interrupt")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]

@@ -50,6 +50,7 @@ def test_config_names_bad_policy():
         RayRolloutConfig(on_failure="retyr")
 
 
+@pytest.mark.slow  # two workers, one killed mid-episode and its episodes run again (36 s wall)
 def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task_ids, tmp_path):
     cfg = RayRolloutConfig(num_workers=2, worker_concurrency=2, worker_num_cpus=1,
                            max_sandbox_starts_per_node=1, on_failure="retry",

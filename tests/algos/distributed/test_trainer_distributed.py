@@ -63,6 +63,7 @@ def test_unknown_rollout_backend_is_named():
         DAPOConfig(rollout_backend="rey")
 
 
+@pytest.mark.slow  # a Ray cluster, its worker and two DAPO iterations (56 s wall under load)
 def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
     ray = pytest.importorskip("ray")
     from algos.trainer import RayRollouts, Trainer
