@@ -28,79 +28,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from algos.config import ConfigError, RLConfig, parse_config, warn
+from algos.config import ConfigError, parse_config, warn
 from algos.cpu_bf16 import slow_bf16_warning
 from algos.learner import LearnerConfig
-from algos.rl_common import learner_config_from, validate_rl_config
+from algos.rl_common import PolicyGradientConfig, learner_config_from
 from algos.trainer import run_cli
 
 
 @dataclass
-class DAPOConfig(RLConfig):
+class DAPOConfig(PolicyGradientConfig):
     """Modified DAPO (defaults: Nebius stage 1, docs/methods.md#stages)."""
 
+    # Nebius stage 1 where it differs from PolicyGradientConfig's (plain GRPO's) defaults
     iterations: int = 100
-    """Training iterations (rollouts + several optimiser steps each)."""
     problems_per_iteration: int = 300
-    """Tasks sampled per iteration (before refills)."""
     group_size: int = 10
-    """Episodes per task (G); advantages are normalised within a group."""
     batch_size: int = 128
-    """Trajectories per optimiser step; also the fewest samples an iteration needs after
-    filtering."""
-    max_steps_per_iteration: int = 8
-    """At most this many optimiser steps per iteration (Nebius: 2-8)."""
+    max_steps_per_iteration: int = 8  # Nebius: 2-8
     filter: str = "nonzero_advantage"
-    """Which samples are dropped: nonzero_advantage (Nebius), nonconstant_group (DAPO), none."""
     max_refill_rounds: int = 3
-    """Extra rollout rounds (more problems) when too few samples survive the filter."""
-    refill_problems: int | None = None
-    """Tasks per refill round (default: problems_per_iteration)."""
-    on_exhausted: str = "error"
-    """After the last refill round with too few samples: error (stop with a clear message) or
-    skip (count the iteration as skipped and go on)."""
-    normalize_std: bool = True
-    """Divide advantages by the group std (false: mean-centred only)."""
     length_penalty: bool = True
-    """Add the turn-based length penalty to the reward
-    (docs/methods.md#turn-based-length-penalty)."""
-    length_threshold: int = 10
-    """L_thr of the length penalty, in turns (T_max is max_turns)."""
-    overlong_filter: bool = False
-    """Drop episodes cut by a limit (max turns, context, completion length) from the loss."""
-    mask_invalid: bool = False
-    """Mask turns whose action the env rejected out of the loss (RFT does this)."""
-    reward_fn: str | None = None
-    """'module:function' computing the reward from a Trajectory (default: the env's reward)."""
-    old_logprobs: str = "auto"
-    """Log-probs of the importance ratio's denominator: sampler (the engine's), recompute (the
-    learner's before the first step), auto (sampler when the engine shares the policy module)."""
     loss: str = "dapo"
-    """Policy loss name in algos.core's registry."""
+    agg_mode: str = "token-mean"
+    kl_coef: float = 0.0  # modified DAPO has no KL term
+
     eps_low: float = 0.2
     """Lower clip range: ratio >= 1 - eps_low."""
     eps_high: float = 0.3
     """Upper clip range (clip-higher): ratio <= 1 + eps_high."""
-    agg_mode: str = "token-mean"
-    """Loss aggregation: token-mean = sum over policy tokens / tokens in the whole batch."""
-    kl_coef: float = 0.0
-    """KL(pi || pi_ref) weight; the method uses none."""
-    kl_estimator: str = "k3"
-    """k1, k2 or k3 (docs/methods.md#kl-estimators)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus weight (entropy is always logged)."""
-    lr: float = 1e-6
-    """AdamW learning rate (constant after warm-up)."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
-    warmup_steps: int = 0
-    """Linear warm-up steps."""
-    grad_clip: float = 1.0
-    """Max gradient norm."""
-    solve_rates: str | None = None
-    """A solve_rates.json from an earlier run: keep only tasks with 0 < rate < 2/3 (stage 2)."""
-    yarn_factor: float | None = None
-    """Extend the rope with YaRN by this factor (stage 2: 4)."""
     warm_start: str | None = None
     """A warm-start recipe (algos/presets/warm_start_NAME.yaml, or a YAML path): the first run
     builds its synthetic tasks, the oracle's runs and an RFT model (cached), later runs reuse
@@ -108,7 +63,6 @@ class DAPOConfig(RLConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        validate_rl_config(self)
         if not 0 <= self.eps_low < 1:
             raise ConfigError(f"eps_low must be in [0, 1); got {self.eps_low}")
         if self.eps_high < 0:

@@ -1,11 +1,12 @@
-"""What the GRPO and DAPO configs share: their checks and the LearnerConfig they imply."""
+"""What the GRPO and DAPO configs share: their fields, checks and the LearnerConfig they imply."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from algos import core
-from algos.config import ConfigError
+from algos.config import ConfigError, RLConfig
 from algos.learner import LearnerConfig
 from algos.scoring import FILTERS
 from swe_gym.errors import unknown_choice
@@ -14,7 +15,91 @@ ON_EXHAUSTED = ("error", "skip")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
 
 
-def validate_rl_config(cfg: Any) -> None:
+@dataclass
+class PolicyGradientConfig(RLConfig):
+    """The policy-gradient fields GRPO and DAPO share, declared once with their checks.
+
+    The defaults are plain GRPO's (SWE-RL where published: 1,600 iterations of 32 tasks x 16
+    episodes; DeepSeekMath's beta 0.04 and lr 1e-6; docs/methods.md#grpo). An algorithm's config
+    re-declares a field only to change its default, in one line with no docstring: the docstring
+    here is the field's ``--help`` text for every algorithm."""
+
+    iterations: int = 1600
+    """Training iterations (rollouts, then up to max_steps_per_iteration optimiser steps each)."""
+    problems_per_iteration: int = 32
+    """Tasks sampled per iteration (before refills)."""
+    group_size: int = 16
+    """Episodes per task (G); advantages are normalised within a group."""
+    batch_size: int = 512
+    """Trajectories per optimiser step; also the fewest samples an iteration needs after
+    filtering (GRPO: a multiple of group_size, whole groups per step)."""
+    max_steps_per_iteration: int = 1
+    """At most this many optimiser steps per iteration (kept samples // batch_size of them, at
+    least one; the kept samples split evenly over them)."""
+    filter: str = "none"
+    """Which samples are dropped before the update: nonzero_advantage (zero-advantage samples,
+    Nebius), nonconstant_group (groups whose rewards are all equal, DAPO) or none."""
+    max_refill_rounds: int = 0
+    """Extra rollout rounds (more problems) when fewer than batch_size samples survive the
+    filter."""
+    refill_problems: int | None = None
+    """Tasks per refill round (default: problems_per_iteration)."""
+    on_exhausted: str = "error"
+    """After the last refill round with too few samples: error (stop with a clear message) or
+    skip (count the iteration as skipped and go on)."""
+    normalize_std: bool = True
+    """Divide advantages by the group std (false: mean-centred only)."""
+    length_penalty: bool = False
+    """Add the turn-based length penalty to the reward, multi-turn envs
+    (docs/methods.md#turn-based-length-penalty)."""
+    length_threshold: int = 10
+    """L_thr of the length penalty, in turns (T_max is max_turns)."""
+    overlong_buffer: int = 0
+    """L_cache of DAPO's soft overlong punishment (docs/methods.md#overlong-shaping), in tokens:
+    an episode of more than max_context_tokens - overlong_buffer tokens (prompts, replies and
+    observations) has a penalty added to its reward, falling linearly to -1 at
+    max_context_tokens. 0: off (Nebius keeps overlong episodes unpenalised)."""
+    overlong_filter: bool = False
+    """Drop episodes cut by a limit (max turns, context, completion length) from the loss."""
+    mask_invalid: bool = False
+    """Mask turns whose action the env rejected out of the loss (RFT does this)."""
+    reward_fn: str | None = None
+    """'module:function' computing the reward from a Trajectory (default: the env's reward)."""
+    old_logprobs: str = "auto"
+    """Log-probs of the importance ratio's denominator: sampler (the engine's), recompute (the
+    learner's before the first step), auto (sampler when the engine shares the policy module)."""
+    loss: str = "grpo"
+    """Policy loss name in algos.core's registry."""
+    agg_mode: str = "seq-mean-token-mean"
+    """Loss aggregation: token-mean (sum over policy tokens / tokens in the whole batch, DAPO),
+    seq-mean-token-mean (mean over each sequence's tokens, then over sequences: the GRPO paper)
+    or seq-mean-token-sum."""
+    kl_coef: float = 0.04
+    """beta, the weight of the KL(pi || pi_ref) penalty against a frozen copy of the initial
+    policy (GRPO needs > 0; modified DAPO uses none)."""
+    kl_estimator: str = "k3"
+    """k1, k2 or k3 (docs/methods.md#kl-estimators)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (entropy is always logged)."""
+    lr: float = 1e-6
+    """AdamW learning rate (constant after warm-up)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    grad_clip: float = 1.0
+    """Max gradient norm."""
+    solve_rates: str | None = None
+    """A solve_rates.json from an earlier run: keep only tasks with 0 < rate < 2/3 (stage 2)."""
+    yarn_factor: float | None = None
+    """Extend the rope with YaRN by this factor (stage 2: 4)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        validate_rl_config(self)
+
+
+def validate_rl_config(cfg: PolicyGradientConfig) -> None:
     """Checks GRPO and DAPO share (called from their ``__post_init__``, before any work)."""
     if cfg.filter not in FILTERS:
         raise unknown_choice("filter", cfg.filter, FILTERS)
@@ -38,6 +123,10 @@ def validate_rl_config(cfg: Any) -> None:
             f"{cfg.length_threshold}, max_turns={cfg.max_turns}")
     if cfg.kl_coef < 0:
         raise ConfigError(f"kl_coef must be >= 0; got {cfg.kl_coef}")
+    if not 0 <= cfg.overlong_buffer <= cfg.max_context_tokens:
+        raise ConfigError(
+            f"overlong_buffer must be in [0, max_context_tokens={cfg.max_context_tokens}] (0: no "
+            f"overlong penalty); got {cfg.overlong_buffer}")
     core.get_policy_loss_fn(cfg.loss)
     if cfg.agg_mode not in core.AGG_MODES:
         raise unknown_choice("agg_mode", cfg.agg_mode, core.AGG_MODES)

@@ -39,6 +39,8 @@ class ScoringSpec:
     length_penalty: bool = False
     length_threshold: int = 0
     max_turns: int = 0
+    overlong_buffer: int = 0
+    max_context_tokens: int = 0
     mask_failed_groups: bool = False
     max_error_share: float = 0.5
 
@@ -49,6 +51,8 @@ class ScoringSpec:
                    normalize_std=cfg.normalize_std,
                    length_penalty=getattr(cfg, "length_penalty", False),
                    length_threshold=getattr(cfg, "length_threshold", 0), max_turns=cfg.max_turns,
+                   overlong_buffer=getattr(cfg, "overlong_buffer", 0),
+                   max_context_tokens=cfg.max_context_tokens,
                    mask_failed_groups=getattr(cfg, "mask_failed_groups", False),
                    max_error_share=cfg.max_error_share)
 
@@ -135,9 +139,12 @@ def count_env_failure(traj: Trajectory, counters: Counters) -> None:
 def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
                        reward_fn: Callable[[Trajectory], float] | None, counters: Counters, *,
                        length_penalty: bool = False, length_threshold: int = 0,
-                       max_turns: int = 0) -> list[Scored]:
+                       max_turns: int = 0, overlong_buffer: int = 0,
+                       max_context_tokens: int = 0) -> list[Scored]:
     """Rewards (+ the turn length penalty when ``length_penalty``: ``length_threshold`` and
-    ``max_turns`` as in ``core.turn_length_penalty``); drops crashed / non-token-exact /
+    ``max_turns`` as in ``core.turn_length_penalty``; + the soft overlong penalty over the
+    episode's tokens when ``overlong_buffer``: ``core.overlong_penalty`` with ``L_max =
+    max_context_tokens``, ``L_cache = overlong_buffer``); drops crashed / non-token-exact /
     unscorable episodes."""
     out = []
     for traj, group in zip(trajs, groups, strict=True):
@@ -165,6 +172,9 @@ def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
         if length_penalty:
             reward += float(core.turn_length_penalty(
                 torch.tensor([traj.num_turns]), length_threshold, max_turns)[0])
+        if overlong_buffer:
+            reward += float(core.overlong_penalty(
+                torch.tensor([traj.num_tokens]), max_context_tokens, overlong_buffer)[0])
         out.append(Scored(traj, group, reward))
     return out
 
@@ -235,7 +245,9 @@ def score_groups(trajs: Sequence[Trajectory], groups: Sequence[int], spec: Scori
     only), then the filter. Returns ``(every scored episode, the filter's survivors)``."""
     scored = score_trajectories(trajs, groups, reward_fn, counters,
                                 length_penalty=spec.length_penalty,
-                                length_threshold=spec.length_threshold, max_turns=spec.max_turns)
+                                length_threshold=spec.length_threshold, max_turns=spec.max_turns,
+                                overlong_buffer=spec.overlong_buffer,
+                                max_context_tokens=spec.max_context_tokens)
     check_episode_errors(counters, spec.max_error_share, where)
     if spec.mask_failed_groups:
         scored = mask_failed_groups(trajs, groups, scored, counters)

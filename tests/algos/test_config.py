@@ -31,6 +31,19 @@ def test_field_docstrings_become_help(capsys):
         assert not missing
 
 
+def test_shared_fields_have_one_doc_and_each_algorithms_default():
+    """GRPO and DAPO declare their shared policy-gradient fields once (PolicyGradientConfig):
+    the same --help text for both, each with its own algorithm's default."""
+    helps = {cls: {a.dest: a.help for a in build_parser(cls, "t", "t", prefix)._actions}
+             for cls, prefix in ((DAPOConfig, "dapo"), (GRPOConfig, "grpo"))}
+    for name, dapo_default, grpo_default in [
+            ("iterations", 100, 1600), ("filter", "'nonzero_advantage'", "'none'"),
+            ("kl_coef", 0.0, 0.04), ("lr", 1e-06, 1e-06)]:
+        d, g = helps[DAPOConfig][name], helps[GRPOConfig][name]
+        assert d.endswith(f"(default: {dapo_default})") and g.endswith(f"(default: {grpo_default})")
+        assert d.rsplit(" (default", 1)[0] == g.rsplit(" (default", 1)[0]
+
+
 def test_layers_defaults_preset_file_cli(tmp_path: Path):
     f = tmp_path / "c.yaml"
     f.write_text("lr: 3.0e-6\ngroup_size: 4\nbatch_size: 8\n")
@@ -58,6 +71,7 @@ def test_stage_presets_match_methods():
     (DAPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
     (GRPOConfig, {"batch_size": 30, "group_size": 16}, "not divisible by group_size"),
     (GRPOConfig, {"kl_coef": 0.0}, "kl_coef > 0"),
+    (GRPOConfig, {"overlong_buffer": 20000}, r"overlong_buffer must be in \[0, max_context"),
     (DAPOConfig, {"max_new_tokens": 4096, "max_context_tokens": 2048}, "raise max_context_tokens"),
     (DAPOConfig, {"filter": "nonzero"}, "Did you mean"),
     (DAPOConfig, {"length_threshold": 40, "max_turns": 40}, "length_threshold < max_turns"),

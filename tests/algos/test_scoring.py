@@ -248,3 +248,23 @@ def test_reward_fn_spec_is_loaded_or_refused_with_the_reason(tmp_path, monkeypat
         assert repr(bad) in str(err.value)
 
 
+
+
+@pytest.mark.parametrize("algo", ["dapo", "grpo"])
+def test_overlong_buffer_of_the_config_reaches_the_reward(algo):
+    """``overlong_buffer`` (DAPO's soft overlong punishment, L_cache) set in either algorithm's
+    config reaches the rewards through the trainer's ScoringSpec: free up to max_context_tokens
+    - overlong_buffer tokens, then linear to -1 at max_context_tokens."""
+    from algos.dapo import DAPOConfig
+    from algos.grpo import GRPOConfig
+
+    cls = DAPOConfig if algo == "dapo" else GRPOConfig
+    cfg = cls(max_context_tokens=2048, max_new_tokens=64, overlong_buffer=1024)
+    trajs = [traj("a"), traj("a"), traj("a"), traj("a")]
+    for t, n in zip(trajs, [100, 1024, 1536, 4096], strict=True):
+        t.num_tokens = n
+    scored, _ = score_groups(trajs, [0] * 4, ScoringSpec.from_config(cfg), None, Counters(), "i")
+    assert [s.reward for s in scored] == [1.0, 1.0, 0.5, 0.0]
+    off = ScoringSpec.from_config(cls(max_context_tokens=2048, max_new_tokens=64))
+    scored, _ = score_groups(trajs, [0] * 4, off, None, Counters(), "i")
+    assert [s.reward for s in scored] == [1.0] * 4
