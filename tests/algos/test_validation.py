@@ -15,7 +15,14 @@ from algos.config import ConfigError
 from algos.run_io import read_metrics
 from algos.trainer import Trainer, run_cli
 from algos.validation import VAL_FILE, Validator, mean_se
-from tests.algos.test_trainer_faults import toy_cfg
+from tests.algos.toy_run import toy_cfg as toy_run_cfg
+
+
+def toy_cfg(tmp_path: Path, **kw):
+    """The toy DAPO run (tests/algos/toy_run.py): 2 problems x 4 episodes, a step of 2."""
+    sizes = {"group_size": 4, "problems_per_iteration": 2, "batch_size": 2, "lr": 1e-3,
+             "iterations": 1, "concurrency": 8}
+    return toy_run_cfg(tmp_path, **{**sizes, **kw})
 
 
 def fake_episodes(outcomes: dict[str, list[bool]], seeds: list[int]):
