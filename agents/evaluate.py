@@ -122,11 +122,11 @@ def summarise(trajectories: Sequence[Trajectory], task_ids: Sequence[str], runs:
         "num_tasks": len(task_ids),
         "runs": runs,
         # the share of replies the env could parse as one action (the format a policy must learn)
-        "format_valid_rate": (sum(not t.invalid_action for t in turns) / len(turns)
-                              if turns else None),
+        "format_valid_rate": (
+            sum(not t.invalid_action for t in turns) / len(turns) if turns else None
+        ),
         "turns": len(turns),
-        "tokens_per_trajectory": (statistics.fmean(t.num_tokens for t in exact)
-                                  if exact else None),
+        "tokens_per_trajectory": (statistics.fmean(t.num_tokens for t in exact) if exact else None),
         "pass@1": statistics.fmean(rates),
         "pass@1_stderr": stderr,
         "pass@1_per_run": rates,
@@ -154,8 +154,9 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _env_task_ids(env_id: str, env_kwargs: dict[str, Any]
-                  ) -> tuple[list[str], list[Any], int | None]:
+def _env_task_ids(
+    env_id: str, env_kwargs: dict[str, Any]
+) -> tuple[list[str], list[Any], int | None]:
     """``(task ids, tasks, the env's turn limit or None)``."""
     import gymnasium
 
@@ -183,13 +184,16 @@ def split_tasks_arg(values: Sequence[str] | None) -> tuple[str | None, list[str]
     if len(files) > 1:
         raise SystemExit(f"--tasks takes one task file, got {files}")
     if files and not Path(files[0]).is_file():
-        raise SystemExit(f"task file {files[0]!r} does not exist (--tasks takes a "
-                         f"{'/'.join(TASK_FILE_SUFFIXES)} file or task ids)")
+        raise SystemExit(
+            f"task file {files[0]!r} does not exist (--tasks takes a "
+            f"{'/'.join(TASK_FILE_SUFFIXES)} file or task ids)"
+        )
     return (files[0] if files else None), ids
 
 
-def time_one_turn(model: Any, env_id: str, env_kwargs: dict[str, Any], task_id: str,
-                  max_new_tokens: int) -> float | None:
+def time_one_turn(
+    model: Any, env_id: str, env_kwargs: dict[str, Any], task_id: str, max_new_tokens: int
+) -> float | None:
     """Seconds one turn of ``max_new_tokens`` takes on the first task's prompt (a turn of 32
     tokens after a warm-up one, scaled); None when the model has no tokenizer (an API, a
     script)."""
@@ -205,10 +209,14 @@ def time_one_turn(model: Any, env_id: str, env_kwargs: dict[str, Any], task_id: 
         obs, info = env.reset(seed=0, options={"task_id": task_id})
     finally:
         env.close()
-    messages = ([{"role": "system", "content": info["system_prompt"]}]
-                if info.get("system_prompt") else []) + [{"role": "user", "content": obs}]
-    conv = Conversation(messages=messages, token_ids=ChatTemplate(tokenizer).initial_ids(messages),
-                        metadata={"task_id": task_id, "turn": 0})
+    messages = (
+        [{"role": "system", "content": info["system_prompt"]}] if info.get("system_prompt") else []
+    ) + [{"role": "user", "content": obs}]
+    conv = Conversation(
+        messages=messages,
+        token_ids=ChatTemplate(tokenizer).initial_ids(messages),
+        metadata={"task_id": task_id, "turn": 0},
+    )
     n = min(32, max_new_tokens)
     model.generate(conv, SamplingParams(max_new_tokens=1, seed=0))  # warm-up (vLLM compiles)
     t0 = time.perf_counter()
@@ -216,19 +224,31 @@ def time_one_turn(model: Any, env_id: str, env_kwargs: dict[str, Any], task_id: 
     return (time.perf_counter() - t0) * max_new_tokens / n
 
 
-def print_budget(episodes: int, turns: int | None, max_new_tokens: int, concurrency: int,
-                 turn_s: float | None, file: Any = None) -> None:
+def print_budget(
+    episodes: int,
+    turns: int | None,
+    max_new_tokens: int,
+    concurrency: int,
+    turn_s: float | None,
+    file: Any = None,
+) -> None:
     """The run's caps and, when a turn was timed, its worst case: every episode uses every turn
     and every token, ``concurrency`` episodes sharing the model as if batching were free (so it
     can take longer; episodes that submit early make it shorter)."""
     file = file or sys.stderr
     turns_text = f"<= {turns} turns" if turns else "the env's turn limit"
-    print(f"budget: {episodes} episodes x {turns_text} x <= {max_new_tokens} new tokens per turn "
-          "(--runs, --max-turns, --max-new-tokens)", file=file)
+    print(
+        f"budget: {episodes} episodes x {turns_text} x <= {max_new_tokens} new tokens per turn "
+        "(--runs, --max-turns, --max-new-tokens)",
+        file=file,
+    )
     if turn_s is not None and turns:
         worst = math.ceil(episodes / concurrency) * turns * turn_s
-        print(f"one turn of {max_new_tokens} tokens takes ~{turn_s:.1f} s here; expected at most "
-              f"~{worst / 60:.1f} min ({concurrency} episodes at once)", file=file)
+        print(
+            f"one turn of {max_new_tokens} tokens takes ~{turn_s:.1f} s here; expected at most "
+            f"~{worst / 60:.1f} min ({concurrency} episodes at once)",
+            file=file,
+        )
 
 
 def evaluate(
@@ -253,8 +273,13 @@ def evaluate(
         from tqdm import tqdm
 
         total, unit = (episodes * max_turns, "turn") if max_turns else (episodes, "ep")
-        bar = tqdm(total=total, desc="turns" if max_turns else "episodes", unit=unit,
-                   file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            total=total,
+            desc="turns" if max_turns else "episodes",
+            unit=unit,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     solved = finished = 0
     counter = None
 
@@ -317,34 +342,61 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="SWEStarter-v0", help="registered env id")
     p.add_argument("--model", default="oracle", help="model spec: " + ", ".join(SPEC_FORMS))
     p.add_argument("--runs", type=int, default=1, help="episodes per task (K)")
-    p.add_argument("--tasks", nargs="*", default=None,
-                   help="task ids (default: all) and/or one task file (.jsonl, .json, .parquet "
-                   "in the SWE-bench/SWE-rebench schema) given to the env as tasks=PATH")
+    p.add_argument(
+        "--tasks",
+        nargs="*",
+        default=None,
+        help="task ids (default: all) and/or one task file (.jsonl, .json, .parquet "
+        "in the SWE-bench/SWE-rebench schema) given to the env as tasks=PATH",
+    )
     p.add_argument("--out", default=None, help="output folder (default: eval_out/<env>-<time>)")
     p.add_argument("--concurrency", type=int, default=4, help="episodes at once")
-    p.add_argument("--max-turns", type=int, default=None,
-                   help=f"env turn limit (default: {LOCAL_MAX_TURNS} for smollm2/hf:/vllm: "
-                   "models, else the env's)")
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help=f"env turn limit (default: {LOCAL_MAX_TURNS} for smollm2/hf:/vllm: "
+        "models, else the env's)",
+    )
     p.add_argument("--max-context-tokens", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"tokens per turn (default: {LOCAL_MAX_NEW_TOKENS} for smollm2/hf:/vllm: "
-                   f"models, else {API_MAX_NEW_TOKENS})")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"tokens per turn (default: {LOCAL_MAX_NEW_TOKENS} for smollm2/hf:/vllm: "
+        f"models, else {API_MAX_NEW_TOKENS})",
+    )
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--action-format", default=None, help="env action format (fenced, json)")
     p.add_argument("--backend", default=None, help="sandbox backend (local, docker)")
-    p.add_argument("--prompt", default=None,
-                   help="env prompt style: full (default) or compact (envs/prompted.py)")
-    p.add_argument("--max-observation-chars", type=int, default=None,
-                   help="cut each tool result to this many characters (head and tail)")
+    p.add_argument(
+        "--prompt",
+        default=None,
+        help="env prompt style: full (default) or compact (envs/prompted.py)",
+    )
+    p.add_argument(
+        "--max-observation-chars",
+        type=int,
+        default=None,
+        help="cut each tool result to this many characters (head and tail)",
+    )
     p.add_argument("--command-timeout", type=float, default=None)
     p.add_argument("--episode-timeout", type=float, default=None, help="seconds per episode")
     p.add_argument("--max-consecutive-invalid", type=int, default=5)
-    p.add_argument("--max-error-share", type=float, default=0.5,
-                   help="exit 1 when more than this share of episodes crashed (error, "
-                   "timeout, sandbox_failed, grading_error); the outputs are written first")
-    p.add_argument("--seed", type=int, default=0,
-                   help="episode seed of run 0 (run j gets SEED + j); each turn then samples "
-                   "with a seed from (task, episode seed, turn), so runs differ")
+    p.add_argument(
+        "--max-error-share",
+        type=float,
+        default=0.5,
+        help="exit 1 when more than this share of episodes crashed (error, "
+        "timeout, sandbox_failed, grading_error); the outputs are written first",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="episode seed of run 0 (run j gets SEED + j); each turn then samples "
+        "with a seed from (task, episode seed, turn), so runs differ",
+    )
     p.add_argument(
         "--model-arg",
         action="append",
@@ -404,8 +456,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     out = Path(args.out or f"eval_out/{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     turns = args.max_turns or env_turns
-    turn_s = (time_one_turn(model, args.env, env_kwargs, task_ids[0], args.max_new_tokens)
-              if local else None)
+    turn_s = (
+        time_one_turn(model, args.env, env_kwargs, task_ids[0], args.max_new_tokens)
+        if local
+        else None
+    )
     print_budget(len(task_ids) * args.runs, turns, args.max_new_tokens, args.concurrency, turn_s)
     t0 = time.perf_counter()
     trajs, summary = evaluate(
@@ -430,14 +485,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_predictions(trajs[j :: args.runs], out / name)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(format_table(summary))
-    print(f"wrote {out}/trajectories.jsonl, predictions.jsonl, summary.json "
-          f"({summary['wall_s']:.0f} s)")
+    print(
+        f"wrote {out}/trajectories.jsonl, predictions.jsonl, summary.json "
+        f"({summary['wall_s']:.0f} s)"
+    )
     failed = [t for t in trajs if t.finish_reason in FAILURES]
     if trajs and len(failed) > args.max_error_share * len(trajs):
         # a crashed episode is not the model's failure: pass@1 over them would be wrong
         first = (failed[0].error or failed[0].finish_reason).strip().splitlines()[-1]
-        print(f"error: {len(failed)} of {len(trajs)} episodes failed (more than "
-              f"--max-error-share {args.max_error_share}); the first: {first}", file=sys.stderr)
+        print(
+            f"error: {len(failed)} of {len(trajs)} episodes failed (more than "
+            f"--max-error-share {args.max_error_share}); the first: {first}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

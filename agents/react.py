@@ -222,8 +222,9 @@ class ReActAgent:
         text = _clean_text(gen.text)
         conv.token_ids.extend(ids)
         conv.messages.append({"role": "assistant", "content": text})
-        self.last_turn = Turn.of_reply(gen, self._pending, model_s, completion=(ids, logprobs),
-                                       action=text)
+        self.last_turn = Turn.of_reply(
+            gen, self._pending, model_s, completion=(ids, logprobs), action=text
+        )
         self._pending = []
         self._turns += 1
         self._awaiting_observation = True
@@ -359,8 +360,7 @@ def record_end(traj: Trajectory, terminated: bool, info: dict[str, Any]) -> None
     traj.report = info.get("report")
     traj.resolved = bool(traj.report and traj.report.get("resolved"))
     end = info.get("end_reason")
-    traj.finish_reason = ("submitted" if terminated
-                          else end if end in ENV_FAILURES else "max_turns")
+    traj.finish_reason = "submitted" if terminated else end if end in ENV_FAILURES else "max_turns"
     if traj.finish_reason in ENV_FAILURES:
         traj.error = info.get("error") or traj.finish_reason
 

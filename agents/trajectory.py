@@ -91,19 +91,32 @@ class Turn:
     policy_version: int | None = None  # the engine weights that sampled completion_ids
 
     @classmethod
-    def of_reply(cls, gen: Generation, prompt_delta_ids: Sequence[int], model_s: float, *,
-                 completion: tuple[Sequence[int], Sequence[float]] | None = None,
-                 action: str | None = None, **fields: Any) -> Turn:
+    def of_reply(
+        cls,
+        gen: Generation,
+        prompt_delta_ids: Sequence[int],
+        model_s: float,
+        *,
+        completion: tuple[Sequence[int], Sequence[float]] | None = None,
+        action: str | None = None,
+        **fields: Any,
+    ) -> Turn:
         """The turn of one model reply ``gen``: the ids added to the prompt since the last turn,
         what was sampled (``completion``: ids and log-probs when the caller derived them, else
         the reply's own), its finish reason, the text stepped into the env (``action``, else the
         reply's text), the engine weights that sampled it and the model's time; ``fields``: any
         other field (the invalid-action flag, ``wall_s``)."""
         ids, logprobs = completion if completion is not None else (gen.token_ids, gen.logprobs)
-        return cls(prompt_delta_ids=list(prompt_delta_ids), completion_ids=list(ids),
-                   completion_logprobs=list(logprobs), completion_finish_reason=gen.finish_reason,
-                   action=gen.text if action is None else action, model_s=model_s,
-                   policy_version=getattr(gen, "policy_version", None), **fields)
+        return cls(
+            prompt_delta_ids=list(prompt_delta_ids),
+            completion_ids=list(ids),
+            completion_logprobs=list(logprobs),
+            completion_finish_reason=gen.finish_reason,
+            action=gen.text if action is None else action,
+            model_s=model_s,
+            policy_version=getattr(gen, "policy_version", None),
+            **fields,
+        )
 
 
 @dataclass
@@ -190,9 +203,12 @@ class Trajectory:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, **dataclasses.asdict(self),
-                "policy_version_min": self.policy_version_min,
-                "policy_version_max": self.policy_version_max}
+        return {
+            "format_version": FORMAT_VERSION,
+            **dataclasses.asdict(self),
+            "policy_version_min": self.policy_version_min,
+            "policy_version_max": self.policy_version_max,
+        }
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Trajectory:

@@ -112,8 +112,14 @@ class EpisodeTimeout(RuntimeError):
     """The episode ran past ``episode_timeout_s`` (raised by the env's ``step``)."""
 
 
-def _wrap_env(env: Any, task_id: str | None, seed: int, timeout_s: float | None,
-              traj: Trajectory, on_reset: Callable[[Any], None]) -> Any:
+def _wrap_env(
+    env: Any,
+    task_id: str | None,
+    seed: int,
+    timeout_s: float | None,
+    traj: Trajectory,
+    on_reset: Callable[[Any], None],
+) -> Any:
     import gymnasium
 
     episode_seed = seed  # reset()'s own ``seed`` argument is the program's, and is overridden
@@ -160,8 +166,15 @@ def _engine_view(task: Any, engine: _RunSampling) -> Any:
     return task if task is None or needs_answer(engine.model) else public_task(task)
 
 
-def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
-             make_env: Callable[[], Any], task_id: str | None, seed: int, spec: Any) -> Trajectory:
+def _episode(
+    gateway: Gateway,
+    engine: _RunSampling,
+    factory: AgentFactory,
+    make_env: Callable[[], Any],
+    task_id: str | None,
+    seed: int,
+    spec: Any,
+) -> Trajectory:
     api_key = "sk-episode-" + secrets.token_hex(16)
     sid = key_session_id(api_key)
     gateway.open_session(sid, task_id=task_id, seed=seed, session=sid)
@@ -169,8 +182,14 @@ def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
     started = time.perf_counter()
     env = None
     try:
-        env = _wrap_env(make_env(), task_id, seed, spec.episode_timeout_s, traj,
-                        lambda task: gateway.open_session(sid, task=_engine_view(task, engine)))
+        env = _wrap_env(
+            make_env(),
+            task_id,
+            seed,
+            spec.episode_timeout_s,
+            traj,
+            lambda task: gateway.open_session(sid, task=_engine_view(task, engine)),
+        )
         program = factory(base_url=gateway.url, api_key=api_key, model=gateway.name)
         program(env)
         if not env.ended:
@@ -192,16 +211,24 @@ def _episode(gateway: Gateway, engine: _RunSampling, factory: AgentFactory,
     traj.turns = recorded.turns  # every segment: the learner trains each (scoring.segments)
     traj.token_exact = bool(traj.turns)
     traj.model = recorded.model
-    traj.sampling = {"temperature": engine.cfg.temperature, "top_p": 1.0,
-                     "max_new_tokens": engine.cfg.max_new_tokens}
+    traj.sampling = {
+        "temperature": engine.cfg.temperature,
+        "top_p": 1.0,
+        "max_new_tokens": engine.cfg.max_new_tokens,
+    }
     traj.agent = {**recorded.agent, "program": spec.agent}
     traj.wall_s = time.perf_counter() - started
     return traj
 
 
-def run_agent_rollouts(spec: Any, sampler: Any, task_ids: Sequence[str], n_per_task: int,
-                       seed: int, progress: Callable[[Trajectory], None] | None = None
-                       ) -> list[Trajectory]:
+def run_agent_rollouts(
+    spec: Any,
+    sampler: Any,
+    task_ids: Sequence[str],
+    n_per_task: int,
+    seed: int,
+    progress: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order, episode ``j`` seeded ``seed + j``)
     of ``spec.agent``'s program, ``spec.concurrency`` at once, through a gateway in front of
     ``sampler`` (a token engine: ``TransformersModel``, ``VLLMModel``).
@@ -215,17 +242,29 @@ def run_agent_rollouts(spec: Any, sampler: Any, task_ids: Sequence[str], n_per_t
 
     factory = load_agent_factory(spec.agent)
     params = spec.agent_kwargs["params"]
-    limits = _Limits(params.temperature, params.max_new_tokens,
-                     spec.agent_kwargs["max_context_tokens"])
+    limits = _Limits(
+        params.temperature, params.max_new_tokens, spec.agent_kwargs["max_context_tokens"]
+    )
     engine = _RunSampling(sampler, limits)
     jobs = [(tid, seed + j) for tid in task_ids for j in range(n_per_task)]
     results: list[Trajectory | None] = [None] * len(jobs)
-    with Gateway(engine, default_max_tokens=limits.max_new_tokens) as gateway, ThreadPoolExecutor(
-        max_workers=spec.concurrency, thread_name_prefix="agent-episode"
-    ) as pool:
+    with (
+        Gateway(engine, default_max_tokens=limits.max_new_tokens) as gateway,
+        ThreadPoolExecutor(
+            max_workers=spec.concurrency, thread_name_prefix="agent-episode"
+        ) as pool,
+    ):
         futures = {
-            pool.submit(_episode, gateway, engine, factory,
-                        lambda: gymnasium.make(spec.env, **spec.env_kwargs), tid, s, spec): i
+            pool.submit(
+                _episode,
+                gateway,
+                engine,
+                factory,
+                lambda: gymnasium.make(spec.env, **spec.env_kwargs),
+                tid,
+                s,
+                spec,
+            ): i
             for i, (tid, s) in enumerate(jobs)
         }
         for future in as_completed(futures):

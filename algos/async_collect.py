@@ -64,8 +64,15 @@ class AsyncCollector:
         start_round: the first round's number (a resumed run's ``position[0]``).
     """
 
-    def __init__(self, plan: CollectPlan, spec: RolloutSpec, tasks: TaskSampler, sampler: Any,
-                 max_staleness: int, start_round: int = 0):
+    def __init__(
+        self,
+        plan: CollectPlan,
+        spec: RolloutSpec,
+        tasks: TaskSampler,
+        sampler: Any,
+        max_staleness: int,
+        start_round: int = 0,
+    ):
         self.plan, self.spec, self.tasks, self.sampler = plan, spec, tasks, sampler
         self.max_staleness = max_staleness
         self.position: tuple[int, dict[str, Any]] = (start_round, tasks.state_dict())
@@ -79,8 +86,9 @@ class AsyncCollector:
         round_, state = self.position
         self.tasks.load_state_dict(state)
         self._stop = threading.Event()
-        self._source = AsyncRollouts(self._produce, max_ahead=self.max_staleness, start=round_,
-                                     stop_event=self._stop)
+        self._source = AsyncRollouts(
+            self._produce, max_ahead=self.max_staleness, start=round_, stop_event=self._stop
+        )
 
     def close(self) -> None:
         """Stop the producer (after its current round); what it made ahead is dropped."""
@@ -96,14 +104,22 @@ class AsyncCollector:
     def _produce(self, index: int) -> ProducedRound:
         problems = self.tasks.sample(self.plan.problems_per_iteration)
         state = self.tasks.state_dict()
-        trajs = run_rollouts(self.spec, self.sampler, problems, self.plan.group_size,
-                             self.plan.seed + 1_000 * index)
+        trajs = run_rollouts(
+            self.spec, self.sampler, problems, self.plan.group_size, self.plan.seed + 1_000 * index
+        )
         return ProducedRound(problems, trajs, state)
 
-    def collect(self, scoring: ScoringSpec, reward_fn: Callable[[Trajectory], float] | None,
-                counters: Counters, *, iteration: int, learner_version: int,
-                solve_counts: dict[str, list[int]],
-                tick: Callable[[Trajectory], None] | None = None) -> tuple[Collected, Staleness]:
+    def collect(
+        self,
+        scoring: ScoringSpec,
+        reward_fn: Callable[[Trajectory], float] | None,
+        counters: Counters,
+        *,
+        iteration: int,
+        learner_version: int,
+        solve_counts: dict[str, list[int]],
+        tick: Callable[[Trajectory], None] | None = None,
+    ) -> tuple[Collected, Staleness]:
         """Take rounds until ``plan.needed`` samples survive (at most ``max_refill_rounds``
         extra rounds; a round whose groups were all too stale is not counted as one). Groups
         more than ``max_staleness`` versions behind ``learner_version`` are dropped whole
@@ -134,8 +150,14 @@ class AsyncCollector:
                 if tick is not None:
                     tick(traj)
             count_solves(solve_counts, fresh_trajs)
-            scored, survivors = score_groups(fresh_trajs, [g for _, g in fresh], scoring,
-                                             reward_fn, counters, f"iteration {iteration + 1}")
+            scored, survivors = score_groups(
+                fresh_trajs,
+                [g for _, g in fresh],
+                scoring,
+                reward_fn,
+                counters,
+                f"iteration {iteration + 1}",
+            )
             episodes += fresh_trajs
             rewards += [s.reward for s in scored]
             kept += survivors
@@ -150,9 +172,13 @@ def check_async(max_staleness: int, dist: Any, policy: Any) -> None:
     if not max_staleness:
         return
     if dist.distributed:
-        raise ConfigError(f"max_staleness={max_staleness} under torchrun is not supported yet; "
-                          "use max_staleness=0 or one process")
+        raise ConfigError(
+            f"max_staleness={max_staleness} under torchrun is not supported yet; "
+            "use max_staleness=0 or one process"
+        )
     if policy.shares_weights:
-        raise ConfigError(f"max_staleness={max_staleness} needs a rollout engine with its own "
-                          "copy of the weights (the learner would change a shared module under a "
-                          "running generation); build the policy with share_module=False")
+        raise ConfigError(
+            f"max_staleness={max_staleness} needs a rollout engine with its own "
+            "copy of the weights (the learner would change a shared module under a "
+            "running generation); build the policy with share_module=False"
+        )

@@ -63,8 +63,14 @@ class AsyncRollouts(Generic[T]):
             (default: a new event, :attr:`stop_event`).
     """
 
-    def __init__(self, produce: Callable[[int], T], max_ahead: int, start: int = 0,
-                 name: str = "rollout-producer", stop_event: threading.Event | None = None):
+    def __init__(
+        self,
+        produce: Callable[[int], T],
+        max_ahead: int,
+        start: int = 0,
+        name: str = "rollout-producer",
+        stop_event: threading.Event | None = None,
+    ):
         if max_ahead < 1:
             raise ValueError(f"max_ahead must be >= 1 (rounds produced ahead); got {max_ahead}")
         self._produce = produce
@@ -123,8 +129,11 @@ class AsyncRollouts(Generic[T]):
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
         if self._thread.is_alive():
-            log.warning("rollout producer still in a round %.0f s after close; left to finish "
-                        "as a daemon thread", timeout)
+            log.warning(
+                "rollout producer still in a round %.0f s after close; left to finish "
+                "as a daemon thread",
+                timeout,
+            )
             return False
         return True
 
@@ -150,8 +159,12 @@ class AsyncRollouts(Generic[T]):
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer by get()
                 with self._cond:
                     if not self._closed:
-                        log.error("rollout producer failed in round %d: %s: %s", index,
-                                  type(exc).__name__, exc)
+                        log.error(
+                            "rollout producer failed in round %d: %s: %s",
+                            index,
+                            type(exc).__name__,
+                            exc,
+                        )
                     self._error = exc
                     self._cond.notify_all()
                 return
@@ -170,8 +183,7 @@ class AsyncRollouts(Generic[T]):
 def oldest_version(trajs: Sequence[Trajectory]) -> int | None:
     """The smallest turn version over ``trajs`` (each with ``policy_version_min``); None when
     no turn recorded one (e.g. episodes that failed before their first generation)."""
-    versions = [v for v in (getattr(t, "policy_version_min", None) for t in trajs)
-                if v is not None]
+    versions = [v for v in (getattr(t, "policy_version_min", None) for t in trajs) if v is not None]
     return min(versions) if versions else None
 
 
@@ -185,8 +197,9 @@ class StalenessSplit:
     dropped_groups: int = 0
 
 
-def split_stale(trajs: Sequence[Trajectory], groups: Sequence[int], learner_version: int,
-                max_staleness: int) -> StalenessSplit:
+def split_stale(
+    trajs: Sequence[Trajectory], groups: Sequence[int], learner_version: int, max_staleness: int
+) -> StalenessSplit:
     """Keep or drop whole groups by their oldest turn (module docstring).
 
     ``groups[i]`` is the group of ``trajs[i]``. A group without any recorded version is kept
@@ -212,8 +225,9 @@ def split_stale(trajs: Sequence[Trajectory], groups: Sequence[int], learner_vers
     return out
 
 
-def staleness_metrics(staleness: Sequence[int], dropped_episodes: int,
-                      dropped_groups: int) -> dict[str, Any]:
+def staleness_metrics(
+    staleness: Sequence[int], dropped_episodes: int, dropped_groups: int
+) -> dict[str, Any]:
     """The metrics row's staleness part: mean, max and histogram over the trained groups (in
     versions behind the learner) and what was dropped for being too stale."""
     hist = Counter(int(s) for s in staleness)

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
 ATTN_NAME = "packed_sdpa"
 
-_SKIP_MASK: contextvars.ContextVar[bool] = contextvars.ContextVar("packed_sdpa_skip_mask",
-                                                                  default=False)
+_SKIP_MASK: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "packed_sdpa_skip_mask", default=False
+)
 
 
 def packed_sdpa_forward(
@@ -67,11 +68,13 @@ def packed_sdpa_forward(
     kwargs.pop("cu_seq_lens_k", None)
     kwargs.pop("max_length_k", None)
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if query.shape[0] != 1:
-        raise ValueError(f"packed_sdpa with cu_seq_lens_q needs one packed row; got batch "
-                         f"{query.shape[0]}")
+        raise ValueError(
+            f"packed_sdpa with cu_seq_lens_q needs one packed row; got batch {query.shape[0]}"
+        )
     kernel = varlen_kernel(query, dropout, max_length_q)
     if kernel is not None and max_length_q is not None:  # a kernel needs it (varlen_kernel)
         out = _varlen_forward(kernel, query, key, value, cu_seq_lens_q, max_length_q, scaling)
@@ -81,8 +84,14 @@ def packed_sdpa_forward(
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         out, _ = sdpa_attention_forward(
-            module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], None,
-            dropout=dropout, scaling=scaling, is_causal=True,
+            module,
+            query[:, :, start:end],
+            key[:, :, start:end],
+            value[:, :, start:end],
+            None,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=True,
         )
         outs.append(out)
     length = query.shape[2]
@@ -106,8 +115,9 @@ def varlen_kernel(query: torch.Tensor, dropout: float, max_length: int | None):
     return varlen_attn
 
 
-def _varlen_forward(kernel, query, key, value, cu_seq: torch.Tensor, max_len: int,
-                    scaling: float | None) -> torch.Tensor | None:
+def _varlen_forward(
+    kernel, query, key, value, cu_seq: torch.Tensor, max_len: int, scaling: float | None
+) -> torch.Tensor | None:
     """Causal varlen attention on one packed row: ``[1, H, L, D]`` in, ``[1, L, H, D]`` out;
     None when this torch's ``varlen_attn`` cannot express the call (a custom scale in a release
     without ``scale``). ``cu_seq`` must cover all ``L`` positions (:func:`packed_kwargs` with

@@ -118,7 +118,9 @@ def coerce(name: str, tp: Any, value: Any) -> Any:
                 raise ValueError("expected an integer")
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError("expected an integer")
-            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+            return (
+                int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+            )
         if inner is float:
             return float(value)
         if inner is str:
@@ -126,8 +128,11 @@ def coerce(name: str, tp: Any, value: Any) -> Any:
         if origin in (list, tuple) or inner in (list, tuple):
             if isinstance(value, str):
                 text = value.strip()
-                value = json.loads(text) if text.startswith("[") else [
-                    v.strip() for v in text.split(",") if v.strip()]
+                value = (
+                    json.loads(text)
+                    if text.startswith("[")
+                    else [v.strip() for v in text.split(",") if v.strip()]
+                )
             args = typing.get_args(inner)
             item = args[0] if args else Any
             items = [v if item is Any else coerce(name, item, v) for v in value]
@@ -201,44 +206,66 @@ def save_config(config: Any, run_dir: str | Path) -> Path:
 
 def available_presets(prefix: str) -> dict[str, Path]:
     """``{name: file}`` of ``presets/<prefix>_<name>.yaml``."""
-    return {
-        p.stem[len(prefix) + 1 :]: p for p in sorted(PRESET_DIR.glob(f"{prefix}_*.yaml"))
-    }
+    return {p.stem[len(prefix) + 1 :]: p for p in sorted(PRESET_DIR.glob(f"{prefix}_*.yaml"))}
 
 
-def build_parser(cls: type, prog: str, description: str, prefix: str,
-                 stages: bool = False) -> argparse.ArgumentParser:
+def build_parser(
+    cls: type, prog: str, description: str, prefix: str, stages: bool = False
+) -> argparse.ArgumentParser:
     """One ``--flag`` per field (help = the field docstring), plus --config/--preset/--resume."""
     p = argparse.ArgumentParser(
-        prog=prog, description=description,
+        prog=prog,
+        description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     presets = available_presets(prefix)
     p.add_argument("--config", metavar="FILE.yaml", help="YAML file of field: value")
-    p.add_argument("--preset", choices=sorted(presets) or None,
-                   help=f"a bundled preset (algos/presets/{prefix}_<name>.yaml)")
+    p.add_argument(
+        "--preset",
+        choices=sorted(presets) or None,
+        help=f"a bundled preset (algos/presets/{prefix}_<name>.yaml)",
+    )
     if stages:
-        p.add_argument("--stage", type=int, choices=[1, 2],
-                       help="Nebius stage preset (same as --preset stage1/stage2)")
-    p.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue the run in RUN_DIR (its saved config; flags still override)")
+        p.add_argument(
+            "--stage",
+            type=int,
+            choices=[1, 2],
+            help="Nebius stage preset (same as --preset stage1/stage2)",
+        )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (its saved config; flags still override)",
+    )
     docs = field_docs(cls)
     hints = _resolved_types(cls)
     for f in dataclasses.fields(cls):
         if not f.init or f.name == "resume":  # set by --resume RUN_DIR
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         p.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            default=argparse.SUPPRESS,
             metavar=_type_name(hints[f.name]).split(" ")[0].upper(),
             help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%"),
         )
     return p
 
 
-def parse_config(cls: type[C], argv: Sequence[str] | None, *, prog: str, description: str,
-                 prefix: str, stages: bool = False) -> C:
+def parse_config(
+    cls: type[C],
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    description: str,
+    prefix: str,
+    stages: bool = False,
+) -> C:
     """Parse the command line into ``cls`` (see the module docstring for the layer order)."""
     parser = build_parser(cls, prog, description, prefix, stages)
     args = vars(parser.parse_args(argv))
@@ -248,8 +275,9 @@ def parse_config(cls: type[C], argv: Sequence[str] | None, *, prog: str, descrip
     stage = args.pop("stage", None)
     if stage is not None:
         if preset is not None:
-            raise ConfigError(f"give --stage or --preset, not both (got --stage {stage} "
-                              f"--preset {preset})")
+            raise ConfigError(
+                f"give --stage or --preset, not both (got --stage {stage} --preset {preset})"
+            )
         preset = f"stage{stage}"
     if preset is not None:
         if preset not in presets:
@@ -262,8 +290,10 @@ def parse_config(cls: type[C], argv: Sequence[str] | None, *, prog: str, descrip
     if resume:
         saved = Path(resume) / CONFIG_FILE
         if not saved.is_file():
-            raise ConfigError(f"--resume {resume}: no {CONFIG_FILE} there; is it a run directory "
-                              f"written by {prog}?")
+            raise ConfigError(
+                f"--resume {resume}: no {CONFIG_FILE} there; is it a run directory "
+                f"written by {prog}?"
+            )
         layers.append((str(saved), load_yaml(saved)))
     layers.append(("command line", args))
     if resume:
@@ -371,8 +401,13 @@ class RunConfig:
                 raise unknown_choice("log sink", name, LOGGERS)
         if "jsonl" not in self.log:
             self.log.insert(0, "jsonl")
-        for name in ("concurrency", "max_turns", "max_new_tokens", "max_context_tokens",
-                     "micro_batch_tokens"):
+        for name in (
+            "concurrency",
+            "max_turns",
+            "max_new_tokens",
+            "max_context_tokens",
+            "micro_batch_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.max_new_tokens >= self.max_context_tokens:
@@ -395,18 +430,21 @@ class RunConfig:
         if world % self.cp:
             raise ConfigError(
                 f"cp={self.cp} does not divide the world size {world} (WORLD_SIZE from torchrun); "
-                f"choose a cp among {[d for d in range(1, world + 1) if world % d == 0]}")
+                f"choose a cp among {[d for d in range(1, world + 1) if world % d == 0]}"
+            )
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise unknown_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
         if self.agent is not None:
             if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.agent):
                 raise ConfigError(
                     f"agent must be module:factory (e.g. examples.openai_agent:make_agent); "
-                    f"got {self.agent!r}")
+                    f"got {self.agent!r}"
+                )
             if self.rollout_backend != "threads":
                 raise ConfigError(
                     f"agent={self.agent!r} runs with rollout_backend=threads only; got "
-                    f"rollout_backend={self.rollout_backend!r}")
+                    f"rollout_backend={self.rollout_backend!r}"
+                )
             from algos.agent_rollouts import load_agent_factory
 
             load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
@@ -480,11 +518,13 @@ class RLConfig(RunConfig):
         from algos.core import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
 
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            raise unknown_choice("advantage_estimator", self.advantage_estimator,
-                                 ADVANTAGE_ESTIMATORS)
+            raise unknown_choice(
+                "advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS
+            )
         if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
-            raise unknown_choice("off_policy_correction", self.off_policy_correction,
-                                 OFF_POLICY_CORRECTIONS)
+            raise unknown_choice(
+                "off_policy_correction", self.off_policy_correction, OFF_POLICY_CORRECTIONS
+            )
         if self.is_cap <= 0:
             raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
         if self.save_episodes is not None and self.save_episodes < 0:
@@ -493,8 +533,11 @@ class RLConfig(RunConfig):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
         if self.max_staleness < 0:
-            raise ConfigError(f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
-                              f"most K policy versions old); got {self.max_staleness}")
+            raise ConfigError(
+                f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
+                f"most K policy versions old); got {self.max_staleness}"
+            )
         if self.save_episodes_sampling not in EPISODE_SAMPLING:
-            raise unknown_choice("save_episodes_sampling", self.save_episodes_sampling,
-                                 EPISODE_SAMPLING)
+            raise unknown_choice(
+                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
+            )

@@ -76,7 +76,9 @@ def agg_loss(
     if mode not in AGG_MODES:
         raise unknown_choice("loss aggregation mode", mode, AGG_MODES)
     if loss_mat.shape != mask.shape:
-        raise ValueError(f"loss_mat shape {tuple(loss_mat.shape)} != mask shape {tuple(mask.shape)}")
+        raise ValueError(
+            f"loss_mat shape {tuple(loss_mat.shape)} != mask shape {tuple(mask.shape)}"
+        )
     mask = mask.to(loss_mat.dtype)
     if mode == "token-mean":
         denom = mask.sum() if global_token_count is None else global_token_count
@@ -213,7 +215,9 @@ def overlong_penalty(lengths: Tensor, max_len: int = 20480, cache_len: int = 409
     ``L_max - L_cache < |y| <= L_max``; ``-1`` beyond ``L_max``. ``lengths`` ``[N]`` (tokens).
     """
     if not 0 < cache_len <= max_len:
-        raise ValueError(f"need 0 < cache_len <= max_len; got cache_len={cache_len}, max_len={max_len}")
+        raise ValueError(
+            f"need 0 < cache_len <= max_len; got cache_len={cache_len}, max_len={max_len}"
+        )
     lengths = torch.as_tensor(lengths)
     free = max_len - cache_len
     ramp = (free - lengths.to(torch.float32)) / cache_len
@@ -229,7 +233,9 @@ def turn_length_penalty(turns: Tensor, threshold: int = 10, max_turns: int = 40)
     turns; it reaches -1 at ``T_max`` (no clamp beyond: the env caps episodes at T_max).
     """
     if max_turns <= threshold:
-        raise ValueError(f"need max_turns > threshold; got max_turns={max_turns}, threshold={threshold}")
+        raise ValueError(
+            f"need max_turns > threshold; got max_turns={max_turns}, threshold={threshold}"
+        )
     turns = torch.as_tensor(turns)
     ramp = (threshold - turns.to(torch.float32)) / (max_turns - threshold)
     return torch.where(turns < threshold, torch.zeros_like(ramp), ramp)
@@ -409,8 +415,15 @@ def clipped_policy_loss(
 
 
 @register_policy_loss("ppo")
-def ppo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-             clip_eps: float = 0.2, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:
+def ppo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_eps: float = 0.2,
+    **kwargs: Any,
+) -> tuple[Tensor, dict[str, float]]:
     """GRPO/PPO: symmetric clip ``eps_low = eps_high = clip_eps`` (docs/methods.md#grpo).
 
     Equation, shapes and metrics: :func:`clipped_policy_loss` (``eps_low``/``eps_high``/
@@ -427,8 +440,14 @@ NEEDS_OLD_LOGPROBS.add("grpo")
 
 @register_policy_loss("dapo")
 def dapo_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    eps_low: float = 0.2, eps_high: float = 0.28, **kwargs: Any,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    **kwargs: Any,
 ) -> tuple[Tensor, dict[str, float]]:
     """DAPO clip-higher (docs/methods.md#asymmetric-clipping): ``eps_low=0.2, eps_high=0.28`` by
     default; use with ``agg_mode="token-mean"`` and the global token count. Nebius stage 1/2
@@ -441,9 +460,15 @@ def dapo_loss(
 
 @register_policy_loss("pg", needs_old_logprobs=False)
 def pg_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    agg_mode: str = "token-mean", global_token_count: int | float | Tensor | None = None,
-    global_seq_count: int | float | Tensor | None = None, token_weights: Tensor | None = None,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    agg_mode: str = "token-mean",
+    global_token_count: int | float | Tensor | None = None,
+    global_seq_count: int | float | Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Vanilla policy gradient (REINFORCE with a baseline in A): ``L = -A * logp`` per token
     (times ``token_weights`` when given)."""
@@ -455,9 +480,15 @@ def pg_loss(
 
 @register_policy_loss("sft", needs_old_logprobs=False)
 def sft_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    agg_mode: str = "token-mean", global_token_count: int | float | Tensor | None = None,
-    global_seq_count: int | float | Tensor | None = None, token_weights: Tensor | None = None,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    agg_mode: str = "token-mean",
+    global_token_count: int | float | Tensor | None = None,
+    global_seq_count: int | float | Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Negative log-likelihood of the policy tokens: RFT = SFT on filtered passing trajectories
     (docs/methods.md#rft). ``L = -logp`` per token (times ``token_weights`` when given, as every
@@ -476,9 +507,16 @@ def sft_loss(
 
 @register_policy_loss("gspo")
 def gspo_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    eps_low: float = 3e-4, eps_high: float = 4e-4, token_weights: Tensor | None = None,
-    agg_mode: str = "seq-mean-token-mean", global_token_count: int | float | Tensor | None = None,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    token_weights: Tensor | None = None,
+    agg_mode: str = "seq-mean-token-mean",
+    global_token_count: int | float | Tensor | None = None,
     global_seq_count: int | float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GSPO (Zheng et al. 2025): one importance ratio and one clip per sequence.
@@ -560,8 +598,10 @@ def keep_groups_without_failures(failed: Tensor, group_index: Tensor) -> Tensor:
     failed episode (a group baseline computed from the survivors of a biased draw).
     """
     if failed.shape != group_index.shape or failed.dim() != 1:
-        raise ValueError(f"failed {tuple(failed.shape)} and group_index "
-                         f"{tuple(group_index.shape)} must be the same 1-D shape")
+        raise ValueError(
+            f"failed {tuple(failed.shape)} and group_index "
+            f"{tuple(group_index.shape)} must be the same 1-D shape"
+        )
     _, inverse = torch.unique(group_index, return_inverse=True)
     n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
     bad = torch.zeros(n_groups, device=failed.device).index_add(0, inverse, failed.float())
@@ -576,7 +616,11 @@ OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
 
 
 def off_policy_weights(
-    proximal_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, *, kind: str = "tis",
+    proximal_logprobs: Tensor,
+    sampler_logprobs: Tensor,
+    mask: Tensor,
+    *,
+    kind: str = "tis",
     cap: float = 2.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """Per-token weights ``[B, T]`` (no gradient) correcting for the sampler/learner gap.
@@ -609,8 +653,10 @@ def off_policy_weights(
         else:
             out = torch.where(over, torch.zeros_like(w), w)
         m = mask.bool()
-        metrics = {"is_weight_mean": masked_mean(out, m).item(),
-                   "is_capped_frac": masked_mean(over.float(), m).item()}
+        metrics = {
+            "is_weight_mean": masked_mean(out, m).item(),
+            "is_capped_frac": masked_mean(over.float(), m).item(),
+        }
     return out, metrics
 
 
@@ -631,8 +677,9 @@ def mismatch_metrics(
         r = torch.exp(log_r)
         any_tok = bool(m.any())
         return {
-            "mismatch_kl": masked_mean(kl_estimate(sampler_logprobs, learner_logprobs, "k3"),
-                                       m).item(),
+            "mismatch_kl": masked_mean(
+                kl_estimate(sampler_logprobs, learner_logprobs, "k3"), m
+            ).item(),
             "mismatch_ratio_mean": masked_mean(r, m).item(),
             "mismatch_ratio_max": r[m].max().item() if any_tok else 1.0,
             "mismatch_ratio_min": r[m].min().item() if any_tok else 1.0,

@@ -17,8 +17,9 @@ from typing import Any
 from agents.models.cpu import cpu_bf16_fast  # noqa: F401 (re-exported; patched in tests)
 
 
-def slow_bf16_settings(cfg: Any, *, on_gpu: bool | None = None,
-                       fast: bool | None = None) -> list[str]:
+def slow_bf16_settings(
+    cfg: Any, *, on_gpu: bool | None = None, fast: bool | None = None
+) -> list[str]:
     """The settings of ``cfg`` (``bf16``, ``engine_dtype``) that would run bfloat16 GEMMs on a CPU
     without fast bfloat16; empty on a GPU or on a CPU with it.
 
@@ -34,8 +35,10 @@ def slow_bf16_settings(cfg: Any, *, on_gpu: bool | None = None,
     if getattr(cfg, "bf16", False):
         slow.append("bf16=true")
     # the engine samples only when the policy rolls out (another rollout_model has its own)
-    if (getattr(cfg, "engine_dtype", "float32") == "bfloat16"
-            and getattr(cfg, "rollout_model", "policy") == "policy"):
+    if (
+        getattr(cfg, "engine_dtype", "float32") == "bfloat16"
+        and getattr(cfg, "rollout_model", "policy") == "policy"
+    ):
         slow.append("engine_dtype=bfloat16")
     if slow and (cpu_bf16_fast() if fast is None else fast):
         return []
@@ -50,7 +53,9 @@ def slow_bf16_warning(cfg: Any, **kwargs: Any) -> str | None:
         return None
     import torch
 
-    return (f"{', '.join(slow)} on a CPU without fast bfloat16 matrix multiplication (torch "
-            f"reports {torch.backends.cpu.get_cpu_capability()}; needs AVX-512, AMX or Arm BF16): "
-            "bfloat16 GEMMs fall back to a scalar loop, about 50x slower than float32. Set "
-            "bf16=false and engine_dtype=float32, or run on a GPU.")
+    return (
+        f"{', '.join(slow)} on a CPU without fast bfloat16 matrix multiplication (torch "
+        f"reports {torch.backends.cpu.get_cpu_capability()}; needs AVX-512, AMX or Arm BF16): "
+        "bfloat16 GEMMs fall back to a scalar loop, about 50x slower than float32. Set "
+        "bf16=false and engine_dtype=float32, or run on a GPU."
+    )

@@ -70,23 +70,35 @@ class DAPOConfig(PolicyGradientConfig):
         if self.eps_low > self.eps_high:
             raise ConfigError(
                 f"eps_low={self.eps_low} > eps_high={self.eps_high}: clip-higher needs "
-                "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2)")
+                "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2)"
+            )
         if (slow_bf16 := slow_bf16_warning(self)) is not None:
             warn(slow_bf16)
         if self.kl_coef > 0:
-            warn(f"kl_coef={self.kl_coef}: modified DAPO uses no KL term "
-                 "(docs/methods.md#modified-dapo); the KL penalty will be applied anyway")
+            warn(
+                f"kl_coef={self.kl_coef}: modified DAPO uses no KL term "
+                "(docs/methods.md#modified-dapo); the KL penalty will be applied anyway"
+            )
 
     def learner_config(self) -> LearnerConfig:
-        kwargs = {} if self.loss in ("pg", "sft") else {"eps_low": self.eps_low,
-                                                         "eps_high": self.eps_high}
+        kwargs = (
+            {}
+            if self.loss in ("pg", "sft")
+            else {"eps_low": self.eps_low, "eps_high": self.eps_high}
+        )
         return learner_config_from(self, kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        cfg = parse_config(DAPOConfig, argv, prog="python -m algos.dapo",
-                           description=__doc__.split("\n\n")[0], prefix="dapo", stages=True)
+        cfg = parse_config(
+            DAPOConfig,
+            argv,
+            prog="python -m algos.dapo",
+            description=__doc__.split("\n\n")[0],
+            prefix="dapo",
+            stages=True,
+        )
     except ValueError as e:
         raise SystemExit(f"config error: {e}") from None
     if cfg.warm_start:

@@ -50,8 +50,12 @@ class Sample:
         n = len(self.input_ids)
         if n < 2:
             raise ValueError(f"sample {self.sample_id}: needs >= 2 tokens, got {n}")
-        aligned = {"loss_mask": self.loss_mask, "old_logprobs": self.old_logprobs,
-                   "ref_logprobs": self.ref_logprobs, "sampler_logprobs": self.sampler_logprobs}
+        aligned = {
+            "loss_mask": self.loss_mask,
+            "old_logprobs": self.old_logprobs,
+            "ref_logprobs": self.ref_logprobs,
+            "sampler_logprobs": self.sampler_logprobs,
+        }
         if not isinstance(self.advantage, int | float):
             aligned["advantage"] = self.advantage
         for name, values in aligned.items():
@@ -100,8 +104,9 @@ class MicroBatch:
         return int((self.segment_ids >= 0).sum())
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v)
-                                 for k, v in vars(self).items()}
+        moved: dict[str, Any] = {
+            k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()
+        }
         return MicroBatch(**moved)
 
     def attention_mask(self, attn_implementation: str | None, dtype: torch.dtype) -> Tensor | None:
@@ -172,17 +177,23 @@ def _build(samples: Sequence[Sample], indices: list[int], rows: list[list[int]])
         for si, j in enumerate(row):
             x = samples[indices[j]]
             n = len(x)
-            ids[ri, offset:offset + n] = torch.tensor(x.input_ids, dtype=torch.long)
-            pos[ri, offset:offset + n] = torch.arange(n)
-            seg[ri, offset:offset + n] = si
+            ids[ri, offset : offset + n] = torch.tensor(x.input_ids, dtype=torch.long)
+            pos[ri, offset : offset + n] = torch.arange(n)
+            seg[ri, offset : offset + n] = si
             gather[k, :n] = ri * row_len + offset + torch.arange(n)
             offset += n
             k += 1
     t = _sample_tensors(chosen, width)
     return MicroBatch(
-        input_ids=ids, position_ids=pos, segment_ids=seg, gather_index=gather,
-        loss_mask=t["loss_mask"], old_logprobs=t["old_logprobs"], advantages=t["advantages"],
-        ref_logprobs=t.get("ref_logprobs"), sample_indices=[indices[j] for j in order],
+        input_ids=ids,
+        position_ids=pos,
+        segment_ids=seg,
+        gather_index=gather,
+        loss_mask=t["loss_mask"],
+        old_logprobs=t["old_logprobs"],
+        advantages=t["advantages"],
+        ref_logprobs=t.get("ref_logprobs"),
+        sample_indices=[indices[j] for j in order],
         sampler_logprobs=t.get("sampler_logprobs"),
     )
 

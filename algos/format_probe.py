@@ -42,14 +42,15 @@ PROBES = ("greedy", "sample")
 
 
 @torch.no_grad()
-def greedy_match_rate(model: Any, trajectories: Sequence[Any], limit: int,
-                      seed: int = 0) -> float:
+def greedy_match_rate(model: Any, trajectories: Sequence[Any], limit: int, seed: int = 0) -> float:
     """The share of up to ``limit`` valid turns (those of trajectories taken at random) whose
     reply is every token the argmax of the model given the turn's context and the reply's
     tokens before it."""
     order = list(range(len(trajectories)))
     random.Random(seed).shuffle(order)
-    turns: list[tuple[int, int]] = []  # whole trajectories at random: one forward pass scores all of its turns
+    turns: list[
+        tuple[int, int]
+    ] = []  # whole trajectories at random: one forward pass scores all of its turns
     for k in order:
         for j, turn in enumerate(trajectories[k].turns):
             if not turn.invalid_action and turn.completion_ids and len(turns) < limit:
@@ -82,9 +83,17 @@ def greedy_match_rate(model: Any, trajectories: Sequence[Any], limit: int,
 
 
 @torch.no_grad()
-def format_valid_rate(model: Any, tokenizer: Any, contexts: Sequence[list[int]], *,
-                      action_format: str = "fenced", max_new_tokens: int = 128,
-                      temperature: float = 1.0, seed: int = 0, batch_size: int = 16) -> float:
+def format_valid_rate(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[list[int]],
+    *,
+    action_format: str = "fenced",
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> float:
     """The share of sampled replies to ``contexts`` that parse as one action."""
     if not contexts:
         raise ValueError("format_valid_rate needs at least one context")
@@ -96,14 +105,22 @@ def format_valid_rate(model: Any, tokenizer: Any, contexts: Sequence[list[int]],
     valid = 0
     try:
         for i in range(0, len(contexts), batch_size):
-            chunk = contexts[i:i + batch_size]
+            chunk = contexts[i : i + batch_size]
             width = max(len(c) for c in chunk)  # left padding: every reply starts at `width`
             ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunk], device=device)
-            mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk],
-                                device=device)
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
-                                 temperature=temperature, top_k=0, top_p=1.0,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad)
+            mask = torch.tensor(
+                [[0] * (width - len(c)) + [1] * len(c) for c in chunk], device=device
+            )
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+            )
             for row in out[:, width:]:
                 text = tokenizer.decode(row, skip_special_tokens=True)
                 valid += not isinstance(parse_action(text, action_format), InvalidAction)

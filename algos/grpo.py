@@ -38,23 +38,33 @@ class GRPOConfig(PolicyGradientConfig):
             raise ConfigError(
                 f"batch_size={self.batch_size} is not divisible by group_size="
                 f"{self.group_size}; set batch_size to a multiple of it (e.g. "
-                f"{self.problems_per_iteration * self.group_size})")
+                f"{self.problems_per_iteration * self.group_size})"
+            )
         if self.kl_coef <= 0:
             raise ConfigError(
-                f"GRPO needs kl_coef > 0 (got {self.kl_coef}); for no KL term use algos.dapo")
+                f"GRPO needs kl_coef > 0 (got {self.kl_coef}); for no KL term use algos.dapo"
+            )
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must be in (0, 1); got {self.clip_eps}")
 
     def learner_config(self) -> LearnerConfig:
-        kwargs = {} if self.loss in ("pg", "sft") else {"eps_low": self.clip_eps,
-                                                         "eps_high": self.clip_eps}
+        kwargs = (
+            {}
+            if self.loss in ("pg", "sft")
+            else {"eps_low": self.clip_eps, "eps_high": self.clip_eps}
+        )
         return learner_config_from(self, kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        cfg = parse_config(GRPOConfig, argv, prog="python -m algos.grpo",
-                           description=__doc__.split("\n\n")[0], prefix="grpo")
+        cfg = parse_config(
+            GRPOConfig,
+            argv,
+            prog="python -m algos.grpo",
+            description=__doc__.split("\n\n")[0],
+            prefix="grpo",
+        )
     except ValueError as e:
         raise SystemExit(f"config error: {e}") from None
     return run_cli(cfg, "grpo")

@@ -162,11 +162,16 @@ class LearnerConfig:
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.off_policy_correction not in core.OFF_POLICY_CORRECTIONS:
-            raise unknown_choice("off_policy_correction", self.off_policy_correction,
-                                 core.OFF_POLICY_CORRECTIONS)
-        if self.off_policy_correction != "none" and self.loss not in core.NEEDS_OLD_LOGPROBS | {"pg"}:
-            raise ValueError(f"off_policy_correction={self.off_policy_correction!r} weights a "
-                             f"policy-gradient loss; loss {self.loss!r} has no importance ratio")
+            raise unknown_choice(
+                "off_policy_correction", self.off_policy_correction, core.OFF_POLICY_CORRECTIONS
+            )
+        if self.off_policy_correction != "none" and self.loss not in core.NEEDS_OLD_LOGPROBS | {
+            "pg"
+        }:
+            raise ValueError(
+                f"off_policy_correction={self.off_policy_correction!r} weights a "
+                f"policy-gradient loss; loss {self.loss!r} has no importance ratio"
+            )
         if self.is_cap <= 0:
             raise ValueError(f"is_cap must be > 0; got {self.is_cap}")
 
@@ -187,7 +192,9 @@ class LRSchedule:
             return 1.0
         span = max(1, self.total_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
-        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (
+            1 + math.cos(math.pi * progress)
+        )
 
 
 class _Metrics:
@@ -237,11 +244,13 @@ class PolicyLearner(Protocol):
 
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]: ...
 
-    def compute_logprobs(self, samples: Sequence[Sample], model: nn.Module | None = None, *,
-                         loss_only: bool = False) -> list[list[float]]: ...
+    def compute_logprobs(
+        self, samples: Sequence[Sample], model: nn.Module | None = None, *, loss_only: bool = False
+    ) -> list[list[float]]: ...
 
-    def save_checkpoint(self, directory: str | os.PathLike[str],
-                        extra_state: dict[str, Any] | None = None) -> None: ...
+    def save_checkpoint(
+        self, directory: str | os.PathLike[str], extra_state: dict[str, Any] | None = None
+    ) -> None: ...
 
     def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]: ...
 
@@ -266,9 +275,7 @@ class Learner:
         self.skipped_steps = 0
         if config.grad_checkpointing:
             hf = cast("PreTrainedModel", model)  # an HF causal LM (module docstring)
-            hf.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if getattr(model, "config", None) is not None:
                 hf.config.use_cache = False
         if ref_model is not None:
@@ -279,8 +286,12 @@ class Learner:
                 if m is not None:
                     use_packed_attention(m)
         # trees need the packed_sdpa kernel; a sharded learner (ctx) splits rows its own way
-        self.trees = (config.packing and config.tree_packing and tree_ready(model, ref_model)
-                      and getattr(self, "ctx", None) is None)
+        self.trees = (
+            config.packing
+            and config.tree_packing
+            and tree_ready(model, ref_model)
+            and getattr(self, "ctx", None) is None
+        )
         on_cuda = self.device.type == "cuda"
         if on_cuda:
             setup_cuda(model, config.liger)
@@ -288,7 +299,8 @@ class Learner:
         if use_copy is None:  # a sharded learner (a ctx) gets it from FSDP2 instead
             use_copy = on_cuda and getattr(self, "ctx", None) is None
         self.compute: BF16ComputeCopy | None = (
-            BF16ComputeCopy(model) if config.bf16 and use_copy else None)
+            BF16ComputeCopy(model) if config.bf16 and use_copy else None
+        )
         params = [p for p in model.parameters() if p.requires_grad]
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
@@ -297,12 +309,18 @@ class Learner:
             groups.append({"params": no_decay, "weight_decay": 0.0})
         self.params = params
         # fused: one kernel for the whole update on CUDA (None keeps torch's CPU default)
-        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas,
-                                           eps=config.eps, fused=True if on_cuda else None)
+        self.optimizer = torch.optim.AdamW(
+            groups,
+            lr=config.lr,
+            betas=config.betas,
+            eps=config.eps,
+            fused=True if on_cuda else None,
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
-            LRSchedule(config.warmup_steps, config.schedule, config.total_steps,
-                       config.min_lr_ratio),
+            LRSchedule(
+                config.warmup_steps, config.schedule, config.total_steps, config.min_lr_ratio
+            ),
         )
 
     @property
@@ -367,7 +385,10 @@ class Learner:
 
     @torch.no_grad()
     def compute_logprobs(
-        self, samples: Sequence[Sample], model: nn.Module | None = None, *,
+        self,
+        samples: Sequence[Sample],
+        model: nn.Module | None = None,
+        *,
         loss_only: bool = False,
     ) -> list[list[float]]:
         """Per-token log-probs of each sample under ``model`` (default: the policy), aligned to
@@ -380,8 +401,9 @@ class Learner:
         try:
             for mb in self._micro_batches(samples):
                 device = next(model.parameters()).device  # the reference model's may differ
-                lp, _ = self._batch_logprobs(model, mb.to(device), with_entropy=False,
-                                             loss_only=loss_only)
+                lp, _ = self._batch_logprobs(
+                    model, mb.to(device), with_entropy=False, loss_only=loss_only
+                )
                 for row, i in enumerate(mb.sample_indices):
                     out[i] = lp[row, : len(samples[i])].tolist()
         finally:
@@ -397,18 +419,20 @@ class Learner:
                 f"kl_coef={self.config.kl_coef} needs ref_logprobs on every sample or a "
                 f"ref_model; sample {samples[missing[0]].sample_id!r} has none"
             )
-        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model,
-                                    loss_only=True)
+        ref = self.compute_logprobs([samples[i] for i in missing], self.ref_model, loss_only=True)
         out = list(samples)
         for i, lp in zip(missing, ref, strict=True):
             mask = samples[i].loss_mask
-            out[i] = dataclasses.replace(samples[i], ref_logprobs=[v * m for v, m in zip(lp, mask, strict=True)])
+            out[i] = dataclasses.replace(
+                samples[i], ref_logprobs=[v * m for v, m in zip(lp, mask, strict=True)]
+            )
         return out
 
     # ------------------------------------------------------------------ training
 
-    def _policy_loss(self, lp: Tensor, mb: MicroBatch, norm: dict[str, Any],
-                     has_logprobs: bool) -> tuple[Tensor, dict[str, float]]:
+    def _policy_loss(
+        self, lp: Tensor, mb: MicroBatch, norm: dict[str, Any], has_logprobs: bool
+    ) -> tuple[Tensor, dict[str, float]]:
         """The configured loss, with the off-policy correction and the sampler/learner mismatch.
 
         Behaviour = the sampler's log-probs; proximal = the learner's before the step: the
@@ -417,22 +441,31 @@ class Learner:
         """
         cfg = self.config
         if not has_logprobs:  # sft/pg without sampling log-probs: nothing to compare
-            return self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
-                                **norm, **cfg.loss_kwargs)
+            return self.loss_fn(
+                lp, mb.old_logprobs, mb.advantages, mb.loss_mask, **norm, **cfg.loss_kwargs
+            )
         recomputed = mb.sampler_logprobs is not None
         behaviour = mb.sampler_logprobs if mb.sampler_logprobs is not None else mb.old_logprobs
         proximal = mb.old_logprobs if recomputed else lp.detach()
         extra = core.mismatch_metrics(proximal, behaviour, mb.loss_mask)
         if cfg.off_policy_correction == "none":
-            loss, metrics = self.loss_fn(lp, mb.old_logprobs, mb.advantages, mb.loss_mask,
-                                         **norm, **cfg.loss_kwargs)
+            loss, metrics = self.loss_fn(
+                lp, mb.old_logprobs, mb.advantages, mb.loss_mask, **norm, **cfg.loss_kwargs
+            )
         else:
             weights, w_metrics = core.off_policy_weights(
-                proximal, behaviour, mb.loss_mask, kind=cfg.off_policy_correction,
-                cap=cfg.is_cap)
+                proximal, behaviour, mb.loss_mask, kind=cfg.off_policy_correction, cap=cfg.is_cap
+            )
             extra.update(w_metrics)
-            loss, metrics = self.loss_fn(lp, proximal, mb.advantages, mb.loss_mask,
-                                         token_weights=weights, **norm, **cfg.loss_kwargs)
+            loss, metrics = self.loss_fn(
+                lp,
+                proximal,
+                mb.advantages,
+                mb.loss_mask,
+                token_weights=weights,
+                **norm,
+                **cfg.loss_kwargs,
+            )
         metrics.update(extra)
         return loss, metrics
 
@@ -469,19 +502,24 @@ class Learner:
             mb = mb.to(self.device)
             # the loss reads its tokens only: the vocabulary-sized head runs on those alone
             lp, ent = self._batch_logprobs(net, mb, with_entropy, loss_only=True)
-            norm: dict[str, Any] = {"agg_mode": cfg.agg_mode, "global_token_count": global_tokens,
-                                    "global_seq_count": global_seqs}
+            norm: dict[str, Any] = {
+                "agg_mode": cfg.agg_mode,
+                "global_token_count": global_tokens,
+                "global_seq_count": global_seqs,
+            }
             loss, metrics = self._policy_loss(lp, mb, norm, has_logprobs)
             if cfg.kl_coef > 0:
                 assert mb.ref_logprobs is not None  # _with_ref_logprobs gave every sample them
-                kl, kl_metrics = core.kl_loss(lp, mb.ref_logprobs, mb.loss_mask,
-                                              kind=cfg.kl_estimator, **norm)
+                kl, kl_metrics = core.kl_loss(
+                    lp, mb.ref_logprobs, mb.loss_mask, kind=cfg.kl_estimator, **norm
+                )
                 loss = loss + cfg.kl_coef * kl
                 metrics.update(kl_metrics)
             if ent is not None:
                 if cfg.entropy_coef != 0:
                     loss = loss - cfg.entropy_coef * core.agg_loss(
-                        ent, mb.loss_mask, cfg.agg_mode, global_tokens, global_seqs)
+                        ent, mb.loss_mask, cfg.agg_mode, global_tokens, global_seqs
+                    )
                 metrics["entropy"] = core.masked_mean(ent.detach(), mb.loss_mask).item()
             if not torch.isfinite(loss):
                 bad = f"non-finite loss {loss.item()}"
@@ -502,8 +540,9 @@ class Learner:
         if bad is not None:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_steps += 1
-            log.warning("step %d skipped: %s (%d skipped so far)", self.step, bad,
-                        self.skipped_steps)
+            log.warning(
+                "step %d skipped: %s (%d skipped so far)", self.step, bad, self.skipped_steps
+            )
         else:
             self.optimizer.step()
             self.scheduler.step()
@@ -511,24 +550,26 @@ class Learner:
         elapsed = time.perf_counter() - t0
         real_tokens = sum(len(s) for s in samples)
         out = agg.result()
-        out.update({
-            "loss": total_loss if bad is None else float("nan"),
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "step": float(self.step),
-            "skipped": float(bad is not None),
-            "skipped_steps": float(self.skipped_steps),
-            "loss_tokens": float(global_tokens),
-            "sequences": float(len(samples)),
-            "tokens": float(real_tokens),
-            "padded_tokens": float(sum(mb.num_tokens for mb in batches)),
-            # shared-prefix packing: tokens the forward ran on vs what plain packing would run
-            "tokens_computed": float(sum(mb.num_real_tokens for mb in batches)),
-            "tokens_plain": float(real_tokens),
-            "micro_batches": float(len(batches)),
-            "time_s": elapsed,
-            "tokens_per_s": real_tokens / max(elapsed, 1e-9),
-        })
+        out.update(
+            {
+                "loss": total_loss if bad is None else float("nan"),
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "step": float(self.step),
+                "skipped": float(bad is not None),
+                "skipped_steps": float(self.skipped_steps),
+                "loss_tokens": float(global_tokens),
+                "sequences": float(len(samples)),
+                "tokens": float(real_tokens),
+                "padded_tokens": float(sum(mb.num_tokens for mb in batches)),
+                # shared-prefix packing: tokens the forward ran on vs what plain packing would run
+                "tokens_computed": float(sum(mb.num_real_tokens for mb in batches)),
+                "tokens_plain": float(real_tokens),
+                "micro_batches": float(len(batches)),
+                "time_s": elapsed,
+                "tokens_per_s": real_tokens / max(elapsed, 1e-9),
+            }
+        )
         return out
 
     # ------------------------------------------------------------------ checkpoints
@@ -551,8 +592,9 @@ class Learner:
 
     def load_checkpoint(self, directory: str | os.PathLike) -> dict[str, Any]:
         """Restore everything :meth:`save_checkpoint` wrote; returns the ``extra_state``."""
-        state = load_checkpoint(directory, model=self.model, optimizer=self.optimizer,
-                                scheduler=self.scheduler)
+        state = load_checkpoint(
+            directory, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler
+        )
         self.step = int(state["step"])
         self.skipped_steps = int(state["learner"].get("skipped_steps", 0))
         return state["extra_state"]

@@ -74,8 +74,17 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy,
-                compute_dtype=None):
+    def forward(
+        ctx,
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        chunk_size,
+        with_entropy,
+        compute_dtype=None,
+    ):
         ctx.compute_dtype = compute_dtype
         params = (weight, bias)  # saved as given: the cast is redone in backward, not kept
         weight, bias = _cast_head(weight, bias, compute_dtype)
@@ -112,9 +121,13 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
         n = hidden.shape[0]
         inv_temp = ctx.inv_temp
         use_ent = ctx.with_entropy and grad_ent is not None
-        grad_h = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
+        grad_h = (
+            torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
+        )
         # accumulate head grads in float32 whatever the parameter dtype
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_w = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        )
         grad_b = (
             torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
             if need_b and bias is not None
@@ -158,8 +171,9 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
-def _cast_head(weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None
-               ) -> tuple[Tensor, Tensor | None]:
+def _cast_head(
+    weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None
+) -> tuple[Tensor, Tensor | None]:
     if dtype is None:
         return weight, bias
     return weight.to(dtype), (bias.to(dtype) if bias is not None else None)
@@ -185,8 +199,9 @@ def token_logprobs(
     accumulation in float32; default: the weight's dtype.
     """
     if compute_dtype is not None and compute_dtype not in _LOW_PRECISION:
-        raise ValueError(f"compute_dtype must be None, torch.bfloat16 or torch.float16; got "
-                         f"{compute_dtype}")
+        raise ValueError(
+            f"compute_dtype must be None, torch.bfloat16 or torch.float16; got {compute_dtype}"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}")
     if hidden.shape[:-1] != targets.shape:
@@ -205,8 +220,9 @@ def token_logprobs(
     if h.dtype != want:
         h = h.to(want)
     chunk = chunk_size or default_chunk_size(weight.shape[0])
-    logp, ent = ChunkedTokenLogprobs.apply(h, weight, bias, y, temperature, chunk, return_entropy,
-                                           compute_dtype)
+    logp, ent = ChunkedTokenLogprobs.apply(
+        h, weight, bias, y, temperature, chunk, return_entropy, compute_dtype
+    )
     if return_entropy:
         return logp.view(shape), ent.view(shape)
     return logp.view(shape)
@@ -276,8 +292,12 @@ def hidden_states(
     ``model_kwargs`` go to the model's forward (e.g. ``cu_seq_lens_q`` for packed attention).
     """
     base = getattr(model, "base_model", model)
-    kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False,
-              **model_kwargs}
+    kwargs = {
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "use_cache": False,
+        **model_kwargs,
+    }
     if base is not model:
         return base(input_ids=input_ids, **kwargs).last_hidden_state
     out = model(input_ids=input_ids, output_hidden_states=True, logits_to_keep=1, **kwargs)
@@ -315,23 +335,44 @@ def model_token_logprobs(
         else contextlib.nullcontext()
     )
     with ctx:
-        h = hidden_states(model, input_ids, attention_mask=attention_mask,
-                          position_ids=position_ids, **model_kwargs)
+        h = hidden_states(
+            model,
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            **model_kwargs,
+        )
     weight, bias = lm_head(model)
     if positions is not None:
-        out = token_logprobs(h.reshape(-1, h.shape[-1]).index_select(0, positions - 1), weight,
-                             input_ids.reshape(-1).index_select(0, positions), bias=bias,
-                             temperature=temperature, chunk_size=chunk_size,
-                             return_entropy=return_entropy, compute_dtype=head_dtype)
+        out = token_logprobs(
+            h.reshape(-1, h.shape[-1]).index_select(0, positions - 1),
+            weight,
+            input_ids.reshape(-1).index_select(0, positions),
+            bias=bias,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            return_entropy=return_entropy,
+            compute_dtype=head_dtype,
+        )
 
         def row(values: Tensor) -> Tensor:
-            return values.new_zeros(input_ids.numel()).index_copy(0, positions, values).view(
-                input_ids.shape)
+            return (
+                values.new_zeros(input_ids.numel())
+                .index_copy(0, positions, values)
+                .view(input_ids.shape)
+            )
 
         return (row(out[0]), row(out[1])) if isinstance(out, tuple) else row(out)
-    out = token_logprobs(h[:, :-1], weight, input_ids[:, 1:], bias=bias, temperature=temperature,
-                         chunk_size=chunk_size, return_entropy=return_entropy,
-                         compute_dtype=head_dtype)
+    out = token_logprobs(
+        h[:, :-1],
+        weight,
+        input_ids[:, 1:],
+        bias=bias,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        return_entropy=return_entropy,
+        compute_dtype=head_dtype,
+    )
     pad = torch.zeros(input_ids.shape[0], 1, dtype=torch.float32, device=input_ids.device)
     if isinstance(out, tuple):  # return_entropy
         lp, ent = out

@@ -32,21 +32,28 @@ def _x(row: dict) -> float:
     return row.get("iteration", row.get("step", 0))
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out: str | Path,
-              labels: Sequence[str] | None = None) -> Path:
+def plot_runs(
+    run_dirs: Sequence[str | Path], out: str | Path, labels: Sequence[str] | None = None
+) -> Path:
     """Write the panels of every run to ``out`` (PNG); returns its path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(labels[i] if labels else Path(d).name, read_metrics(d))
-            for i, d in enumerate(run_dirs)]
+    runs = [
+        (labels[i] if labels else Path(d).name, read_metrics(d)) for i, d in enumerate(run_dirs)
+    ]
     panels = []
     for title, keys in PANELS:
         for key in keys:
-            if any(any(key in r and isinstance(r[key], int | float) and math.isfinite(r[key])
-                       for r in rows) for _, rows in runs):
+            if any(
+                any(
+                    key in r and isinstance(r[key], int | float) and math.isfinite(r[key])
+                    for r in rows
+                )
+                for _, rows in runs
+            ):
                 panels.append((title, key))
                 break
     if not panels:
@@ -56,14 +63,17 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path,
     fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.0 * n_rows), squeeze=False)
     for ax, (title, key) in zip(axes.flat, panels, strict=False):
         for label, rows in runs:
-            pts = [(_x(r), r[key]) for r in rows
-                   if isinstance(r.get(key), int | float) and math.isfinite(r[key])]
+            pts = [
+                (_x(r), r[key])
+                for r in rows
+                if isinstance(r.get(key), int | float) and math.isfinite(r[key])
+            ]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
         ax.set_title(f"{title} ({key})", fontsize=9)
         ax.set_xlabel("iteration" if "iteration" in runs[0][1][0] else "step", fontsize=8)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if len(runs) > 1:
         axes.flat[0].legend(fontsize=8)

@@ -34,8 +34,9 @@ class Policy:
         """Whether the engine holds its own copy of the weights (pushed after each update)."""
         return self.on_policy and not self.shares_weights
 
-    def push_weights(self, state: dict[str, torch.Tensor] | None = None,
-                     version: int | None = None) -> float:
+    def push_weights(
+        self, state: dict[str, torch.Tensor] | None = None, version: int | None = None
+    ) -> float:
         """Send the current weights (or ``state``: the gathered full weights of a sharded model)
         to the rollout engine as policy ``version`` (the learner's optimiser step; the engine
         stamps it on every generation); returns seconds spent."""
@@ -46,8 +47,10 @@ class Policy:
         t0 = time.perf_counter()
         dtype = self.engine_dtype
         state = self.model.state_dict() if state is None else state
-        state = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point()
-                     else v.detach()) for k, v in state.items()}
+        state = {
+            k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
+            for k, v in state.items()
+        }
         if version is None:
             self.sampler.update_weights(state)
         else:
@@ -60,8 +63,9 @@ class Policy:
             close()
 
 
-def load_policy_model(spec: str, run_dir: Path, seed: int = 0,
-                      yarn_factor: float | None = None) -> tuple[torch.nn.Module, Any, Path]:
+def load_policy_model(
+    spec: str, run_dir: Path, seed: int = 0, yarn_factor: float | None = None
+) -> tuple[torch.nn.Module, Any, Path]:
     """``(model, tokenizer, folder)`` for a policy spec: smollm2, tiny-random or a folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,22 +102,39 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
     sharded training module cannot sample on one rank alone).
     """
     model, tokenizer, path = load_policy_model(
-        cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
-    policy = Policy(model=model, tokenizer=tokenizer, path=path,
-                    engine_dtype=getattr(torch, cfg.engine_dtype))
+        cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None)
+    )
+    policy = Policy(
+        model=model, tokenizer=tokenizer, path=path, engine_dtype=getattr(torch, cfg.engine_dtype)
+    )
     if cfg.rollout_backend == "ray":
         if getattr(cfg, "yarn_factor", None):
-            raise ConfigError("yarn_factor is not supported with rollout_backend=ray yet; use "
-                              "rollout_backend=threads")
+            raise ConfigError(
+                "yarn_factor is not supported with rollout_backend=ray yet; use "
+                "rollout_backend=threads"
+            )
         on_policy = cfg.rollout_model == "policy"
-        factory = partial(rollout_engine, cfg.rollout_model, str(path), cfg.engine,
-                          cfg.engine_dtype, cfg.seed, cfg.max_context_tokens, cfg.policy)
+        factory = partial(
+            rollout_engine,
+            cfg.rollout_model,
+            str(path),
+            cfg.engine,
+            cfg.engine_dtype,
+            cfg.seed,
+            cfg.max_context_tokens,
+            cfg.policy,
+        )
         policy.sampler = RayRollouts(
-            RolloutSpec.from_config(cfg), factory, address=cfg.ray_address,
-            workers=cfg.ray_workers, max_starts_per_node=cfg.max_sandbox_starts_per_node,
+            RolloutSpec.from_config(cfg),
+            factory,
+            address=cfg.ray_address,
+            workers=cfg.ray_workers,
+            max_starts_per_node=cfg.max_sandbox_starts_per_node,
             client_factory=partial(engine_client, path=str(path), name=cfg.policy)
-            if on_policy else None,
-            engine_gpus=1.0 if cfg.engine == "vllm" and torch.cuda.is_available() else 0.0)
+            if on_policy
+            else None,
+            engine_gpus=1.0 if cfg.engine == "vllm" and torch.cuda.is_available() else 0.0,
+        )
         policy.on_policy = on_policy
         return policy
     if cfg.rollout_model != "policy":
@@ -131,10 +152,17 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
             model_config: Any = model.config  # an HF config: its rope fields vary by model
             extra["hf_overrides"] = {
                 "rope_parameters": model_config.rope_parameters,
-                "max_position_embeddings": model_config.max_position_embeddings}
-        policy.sampler = VLLMModel(str(path), max_model_len=cfg.max_context_tokens,
-                                   dtype=cfg.engine_dtype, seed=cfg.seed, name=cfg.policy,
-                                   gpu_memory_utilization=cfg.engine_gpu_memory, **extra)
+                "max_position_embeddings": model_config.max_position_embeddings,
+            }
+        policy.sampler = VLLMModel(
+            str(path),
+            max_model_len=cfg.max_context_tokens,
+            dtype=cfg.engine_dtype,
+            seed=cfg.seed,
+            name=cfg.policy,
+            gpu_memory_utilization=cfg.engine_gpu_memory,
+            **extra,
+        )
         # the folder holds the policy's weights; resumed weights are pushed by Trainer._resume
     elif cfg.engine_dtype == "float32" and share_module:
         from agents.models.transformers import TransformersModel
@@ -142,20 +170,23 @@ def build_policy(cfg: Any, run_dir: Path, share_module: bool = True) -> Policy:
         # On the training device from the start (RFT rolls out before its learner exists); the
         # sampler reads the module's device at every call, so a later move is followed too.
         model.to(training_device())
-        policy.sampler = TransformersModel(model, tokenizer=tokenizer, seed=cfg.seed,
-                                           name=cfg.policy)
+        policy.sampler = TransformersModel(
+            model, tokenizer=tokenizer, seed=cfg.seed, name=cfg.policy
+        )
         policy.shares_weights = True
     else:
         from agents.models.transformers import TransformersModel
 
         engine_model = copy.deepcopy(model).to(training_device(), getattr(torch, cfg.engine_dtype))
-        policy.sampler = TransformersModel(engine_model, tokenizer=tokenizer, seed=cfg.seed,
-                                           name=cfg.policy)
+        policy.sampler = TransformersModel(
+            engine_model, tokenizer=tokenizer, seed=cfg.seed, name=cfg.policy
+        )
     return policy
 
 
-def rollout_engine(spec: str, path: str, engine: str, dtype: str, seed: int, max_model_len: int,
-                   name: str) -> Any:
+def rollout_engine(
+    spec: str, path: str, engine: str, dtype: str, seed: int, max_model_len: int, name: str
+) -> Any:
     """An ``agents`` model sampling from the HF folder ``path`` (built inside a Ray actor), or
     the off-policy model ``spec`` when it is not 'policy'."""
     from transformers import AutoTokenizer
@@ -198,10 +229,17 @@ class RayRollouts:
     ``client_factory(engines)``; without one each worker builds its own model with
     ``engine_factory`` (an off-policy ``rollout_model``)."""
 
-    def __init__(self, spec: RolloutSpec, engine_factory: Callable[[], Any], *,
-                 address: str | None, workers: int, max_starts_per_node: int,
-                 client_factory: Callable[[list[Any]], Any] | None = None,
-                 engine_gpus: float = 0.0):
+    def __init__(
+        self,
+        spec: RolloutSpec,
+        engine_factory: Callable[[], Any],
+        *,
+        address: str | None,
+        workers: int,
+        max_starts_per_node: int,
+        client_factory: Callable[[list[Any]], Any] | None = None,
+        engine_gpus: float = 0.0,
+    ):
         import ray
 
         from algos.distributed.ray_rollout import (
@@ -214,27 +252,43 @@ class RayRollouts:
         if self._owns_ray:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         rcfg = RayRolloutConfig(
-            num_workers=workers, worker_concurrency=spec.concurrency,
+            num_workers=workers,
+            worker_concurrency=spec.concurrency,
             max_sandbox_starts_per_node=max_starts_per_node,
-            episode_timeout_s=spec.episode_timeout_s, env_id=spec.env,
-            env_kwargs=dict(spec.env_kwargs), agent_kwargs=dict(spec.agent_kwargs))
+            episode_timeout_s=spec.episode_timeout_s,
+            env_id=spec.env,
+            env_kwargs=dict(spec.env_kwargs),
+            agent_kwargs=dict(spec.agent_kwargs),
+        )
         factory: Callable[[], Any] = engine_factory
         self.engines: list[Any] = []
         self.weight_version = 0
         if client_factory is not None:  # one shared engine; the workers hold clients
-            self.engines = [ray.remote(InferenceEngine).options(
-                num_cpus=rcfg.engine_num_cpus, num_gpus=engine_gpus,
-                max_concurrency=rcfg.engine_concurrency).remote(engine_factory)]
+            self.engines = [
+                ray.remote(InferenceEngine)
+                .options(
+                    num_cpus=rcfg.engine_num_cpus,
+                    num_gpus=engine_gpus,
+                    max_concurrency=rcfg.engine_concurrency,
+                )
+                .remote(engine_factory)
+            ]
             factory = partial(client_factory, self.engines)
         self.pool = RayRolloutPool(rcfg, model_factory=factory)
         self.pool.wait_ready()
 
-    def run_episodes(self, task_ids: Sequence[str], n_per_task: int, seed: int,
-                     progress: Callable[[Any], None] | None = None) -> list[Any]:
+    def run_episodes(
+        self,
+        task_ids: Sequence[str],
+        n_per_task: int,
+        seed: int,
+        progress: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
         """Same jobs, seeds and order as :func:`agents.rollout.rollout` (task-major)."""
         jobs = [(t, seed + j) for t in task_ids for j in range(n_per_task)]
-        res = self.pool.run(jobs, progress=None if progress is None else
-                            (lambda _j, traj: progress(traj)))
+        res = self.pool.run(
+            jobs, progress=None if progress is None else (lambda _j, traj: progress(traj))
+        )
         return list(res.trajectories)
 
     def update_weights(self, state: dict[str, torch.Tensor], version: int | None = None) -> None:
@@ -261,13 +315,14 @@ def build_rank_policy(cfg: Any, run_dir: Path, dist: DistContext) -> Policy:
     (its own copy of the weights) and the other ranks load only the model."""
     if not dist.distributed:
         # asynchronous RL samples while the learner steps: the engine needs its own weights
-        return build_policy(cfg, run_dir,
-                            share_module=getattr(cfg, "max_staleness", 0) == 0)
+        return build_policy(cfg, run_dir, share_module=getattr(cfg, "max_staleness", 0) == 0)
     policy = build_policy(cfg, run_dir, share_module=False) if dist.is_main else None
     dist.barrier()  # rank 0 may have written the initial weights (tiny-random)
     if policy is None:
         model, tokenizer, path = load_policy_model(
-            cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None))
-        policy = Policy(model=model, tokenizer=tokenizer, path=path,
-                        on_policy=cfg.rollout_model == "policy")
+            cfg.policy, run_dir, cfg.seed, getattr(cfg, "yarn_factor", None)
+        )
+        policy = Policy(
+            model=model, tokenizer=tokenizer, path=path, on_policy=cfg.rollout_model == "policy"
+        )
     return policy

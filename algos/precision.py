@@ -39,11 +39,18 @@ def setup_cuda(model: nn.Module, liger: bool) -> None:
     except ImportError:
         return
     try:  # the loss stays ours (chunked log-probs): only the layer kernels are swapped
-        _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True,
-                                        cross_entropy=False, fused_linear_cross_entropy=False)
+        _apply_liger_kernel_to_instance(
+            model=model,
+            rope=True,
+            rms_norm=True,
+            swiglu=True,
+            cross_entropy=False,
+            fused_linear_cross_entropy=False,
+        )
     except Exception as e:  # noqa: BLE001 - an optional speed-up must not stop training
-        log.warning("liger kernels not applied to %s: %s: %s", type(model).__name__,
-                    type(e).__name__, e)
+        log.warning(
+            "liger kernels not applied to %s: %s: %s", type(model).__name__, type(e).__name__, e
+        )
     else:
         log.info("liger kernels applied to %s", type(model).__name__)
 
@@ -57,8 +64,11 @@ class BF16ComputeCopy:
             for p in self.module.parameters():
                 p.data = p.data.to(dtype)
         # parameters() yields each tied Parameter once, in the same order for both modules
-        self.pairs = [(m, c) for m, c in zip(master.parameters(), self.module.parameters(),
-                                             strict=True) if m.requires_grad]
+        self.pairs = [
+            (m, c)
+            for m, c in zip(master.parameters(), self.module.parameters(), strict=True)
+            if m.requires_grad
+        ]
 
     @torch.no_grad()
     def load_master(self) -> None:

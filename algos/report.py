@@ -33,8 +33,9 @@ def _stem(iteration: int) -> str:
     return f"iter-{iteration:06d}"
 
 
-def select_episodes(trajs: Sequence[Any], cap: int | None, sampling: str,
-                    rng: random.Random) -> list[Any]:
+def select_episodes(
+    trajs: Sequence[Any], cap: int | None, sampling: str, rng: random.Random
+) -> list[Any]:
     """At most ``cap`` of ``trajs`` (all when ``cap`` is None), in their original order.
 
     ``groups``: whole tasks at random while they fit (a task's episodes stay together; when
@@ -62,9 +63,15 @@ def select_episodes(trajs: Sequence[Any], cap: int | None, sampling: str,
     return [t for i, t in enumerate(trajs) if i in picked]
 
 
-def save_iteration_episodes(run_dir: str | os.PathLike, iteration: int, trajs: Sequence[Any],
-                            policy_version: int, cap: int | None = None,
-                            sampling: str = "groups", seed: int = 0) -> Path:
+def save_iteration_episodes(
+    run_dir: str | os.PathLike,
+    iteration: int,
+    trajs: Sequence[Any],
+    policy_version: int,
+    cap: int | None = None,
+    sampling: str = "groups",
+    seed: int = 0,
+) -> Path:
     """Write iteration ``iteration``'s episodes (see the module docstring); returns the JSONL.
 
     The choice of episodes uses its own generator (``seed``, ``iteration``), never the
@@ -79,8 +86,14 @@ def save_iteration_episodes(run_dir: str | os.PathLike, iteration: int, trajs: S
     tmp = path.with_suffix(".jsonl.tmp")
     Trajectory.save_jsonl(chosen, tmp)
     os.replace(tmp, path)
-    meta = {"iteration": iteration, "policy_version": policy_version, "episodes": len(trajs),
-            "saved": len(chosen), "cap": cap, "sampling": sampling}
+    meta = {
+        "iteration": iteration,
+        "policy_version": policy_version,
+        "episodes": len(trajs),
+        "saved": len(chosen),
+        "cap": cap,
+        "sampling": sampling,
+    }
     (folder / f"{_stem(iteration)}.meta.json").write_text(json.dumps(meta), encoding="utf-8")
     return path
 
@@ -96,16 +109,29 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     if not run.is_dir():
         raise FileNotFoundError(f"run directory {str(run)!r} does not exist")
     metrics_path = run / "metrics.jsonl"
-    metrics = ([json.loads(line) for line in metrics_path.read_text(encoding="utf-8").splitlines()
-                if line.strip()] if metrics_path.is_file() else [])
+    metrics = (
+        [
+            json.loads(line)
+            for line in metrics_path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+        if metrics_path.is_file()
+        else []
+    )
     config_path = run / "config.yaml"
-    config = (yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-              if config_path.is_file() else {})
+    config = (
+        yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        if config_path.is_file()
+        else {}
+    )
     iterations = []
     for path in sorted((run / EPISODES_DIR).glob("iter-*.jsonl")):
         meta_path = path.with_name(path.stem + ".meta.json")
-        meta = (json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file()
-                else {"iteration": int(path.stem.split("-")[1])})
+        meta = (
+            json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta_path.is_file()
+            else {"iteration": int(path.stem.split("-")[1])}
+        )
         iterations.append({"meta": meta, "episodes": Trajectory.load_jsonl(path)})
     return {"metrics": metrics, "iterations": iterations, "config": config, "name": run.name}
 
@@ -123,7 +149,8 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m algos.report",
-        description="Write a static HTML report of an RL run (curves and saved episodes).")
+        description="Write a static HTML report of an RL run (curves and saved episodes).",
+    )
     parser.add_argument("run_dir", help="a run directory written by algos.grpo / algos.dapo")
     parser.add_argument("--out", help=f"output file (default: RUN_DIR/{REPORT_FILE})")
     args = parser.parse_args(argv)

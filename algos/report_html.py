@@ -15,9 +15,23 @@ import math
 from typing import Any
 
 MAX_CHARS = 20_000  # per action/observation shown; the JSONL keeps the whole text
-CURVES = ("reward_mean", "resolved_rate", "turns_mean", "loss", "kl", "entropy", "clip_frac",
-          "mismatch_kl", "mismatch_ratio_mean", "is_weight_mean", "grad_norm", "kept",
-          "filtered_frac", "failure_masked", "time_s")
+CURVES = (
+    "reward_mean",
+    "resolved_rate",
+    "turns_mean",
+    "loss",
+    "kl",
+    "entropy",
+    "clip_frac",
+    "mismatch_kl",
+    "mismatch_ratio_mean",
+    "is_weight_mean",
+    "grad_norm",
+    "kept",
+    "filtered_frac",
+    "failure_masked",
+    "time_s",
+)
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -71,8 +85,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def svg_curve(name: str, xs: list[float], ys: list[float], width: int = 300,
-              height: int = 140) -> str:
+def svg_curve(
+    name: str, xs: list[float], ys: list[float], width: int = 300, height: int = 140
+) -> str:
     """A line chart of ``ys`` over ``xs`` as inline SVG (finite points only)."""
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(x) and math.isfinite(y)]
     if not pts:
@@ -82,11 +97,14 @@ def svg_curve(name: str, xs: list[float], ys: list[float], width: int = 300,
     y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
     sx = (width - 2 * pad) / ((x1 - x0) or 1)
     sy = (height - 2 * pad) / ((y1 - y0) or 1)
-    coords = " ".join(f"{pad + (x - x0) * sx:.1f},{height - pad - (y - y0) * sy:.1f}"
-                      for x, y in pts)
-    dots = "".join(f'<circle cx="{pad + (x - x0) * sx:.1f}" cy="{height - pad - (y - y0) * sy:.1f}"'
-                   f' r="2"><title>{esc(_fmt(x))}: {esc(_fmt(y))}</title></circle>'
-                   for x, y in pts)
+    coords = " ".join(
+        f"{pad + (x - x0) * sx:.1f},{height - pad - (y - y0) * sy:.1f}" for x, y in pts
+    )
+    dots = "".join(
+        f'<circle cx="{pad + (x - x0) * sx:.1f}" cy="{height - pad - (y - y0) * sy:.1f}"'
+        f' r="2"><title>{esc(_fmt(x))}: {esc(_fmt(y))}</title></circle>'
+        for x, y in pts
+    )
     return (
         f'<div class="curve"><svg width="{width}" height="{height}" role="img" '
         f'aria-label="{esc(name)}"><text x="{pad}" y="14" font-weight="bold">{esc(name)}</text>'
@@ -94,9 +112,10 @@ def svg_curve(name: str, xs: list[float], ys: list[float], width: int = 300,
         f'<text x="2" y="{height - pad}" font-size="10">{esc(_fmt(y0))}</text>'
         f'<text x="{pad}" y="{height - 8}" font-size="10">{esc(_fmt(x0))}</text>'
         f'<text x="{width - pad}" y="{height - 8}" font-size="10" text-anchor="end">'
-        f'{esc(_fmt(x1))}</text>'
+        f"{esc(_fmt(x1))}</text>"
         f'<polyline fill="none" stroke="#36c" stroke-width="1.5" points="{coords}"/>'
-        f'<g fill="#36c">{dots}</g></svg></div>')
+        f'<g fill="#36c">{dots}</g></svg></div>'
+    )
 
 
 def render_curves(metrics: list[dict[str, Any]]) -> str:
@@ -105,39 +124,43 @@ def render_curves(metrics: list[dict[str, Any]]) -> str:
     for name in CURVES:
         if not any(isinstance(r.get(name), int | float) for r in metrics):
             continue
-        ys = [float(r[name]) if isinstance(r.get(name), int | float) else math.nan
-              for r in metrics]
+        ys = [float(r[name]) if isinstance(r.get(name), int | float) else math.nan for r in metrics]
         out.append(svg_curve(name, xs, ys))
     return "".join(out) or '<p class="muted">no metrics.jsonl</p>'
 
 
 def render_episode(traj: Any, meta: dict[str, Any]) -> str:
     cls = "ok" if traj.resolved else "bad"
-    head = (f'<summary>iteration {esc(meta.get("iteration", "?"))} &middot; policy version '
-            f'{esc(meta.get("policy_version", "?"))} &middot; seed {esc(traj.seed)} &middot; '
-            f'<span class="reward {cls}">reward {esc(_fmt(float(traj.reward)))}</span> &middot; '
-            f'{"resolved" if traj.resolved else "not resolved"} &middot; '
-            f'{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns</summary>')
+    head = (
+        f"<summary>iteration {esc(meta.get('iteration', '?'))} &middot; policy version "
+        f"{esc(meta.get('policy_version', '?'))} &middot; seed {esc(traj.seed)} &middot; "
+        f'<span class="reward {cls}">reward {esc(_fmt(float(traj.reward)))}</span> &middot; '
+        f"{'resolved' if traj.resolved else 'not resolved'} &middot; "
+        f"{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns</summary>"
+    )
     parts = [head]
     if traj.error:
         parts.append(f'<p class="bad">error:</p><pre>{esc(_clip(traj.error))}</pre>')
     if traj.prompt:
-        parts.append(f'<details><summary>prompt</summary><pre>{esc(_clip(traj.prompt))}</pre>'
-                     '</details>')
+        parts.append(
+            f"<details><summary>prompt</summary><pre>{esc(_clip(traj.prompt))}</pre></details>"
+        )
     for i, turn in enumerate(traj.turns):
         flags = ""
         if turn.invalid_action:
             flags = f", invalid action: {esc(turn.invalid_reason or '-')}"
         parts.append(
             f'<div class="turn"><b>turn {i + 1}</b> <span class="muted">tool '
-            f'{esc(turn.tool or "-")}, reward {esc(_fmt(float(turn.reward)))}, '
-            f'{len(turn.completion_ids)} tokens{flags}</span>'
+            f"{esc(turn.tool or '-')}, reward {esc(_fmt(float(turn.reward)))}, "
+            f"{len(turn.completion_ids)} tokens{flags}</span>"
             f'<div>action</div><pre class="action">{esc(_clip(turn.action))}</pre>'
             f'<div>observation</div><pre class="observation">{esc(_clip(turn.observation))}</pre>'
-            '</div>')
+            "</div>"
+        )
     if traj.patch:
-        parts.append(f'<details><summary>patch</summary><pre>{esc(_clip(traj.patch))}</pre>'
-                     '</details>')
+        parts.append(
+            f"<details><summary>patch</summary><pre>{esc(_clip(traj.patch))}</pre></details>"
+        )
     return f'<details class="episode">{"".join(parts)}</details>'
 
 
@@ -155,27 +178,35 @@ def render_tasks(iterations: list[dict[str, Any]]) -> str:
         out.append(
             f'<section class="task" data-task="{esc(task)}"><h3>{esc(task)}</h3>'
             f'<p class="muted">{len(eps)} episodes, mean reward '
-            f'{esc(_fmt(sum(rewards) / len(rewards)))}, resolved {solved}</p>'
-            + "".join(render_episode(t, m) for m, t in eps) + "</section>")
+            f"{esc(_fmt(sum(rewards) / len(rewards)))}, resolved {solved}</p>"
+            + "".join(render_episode(t, m) for m, t in eps)
+            + "</section>"
+        )
     return "".join(out)
 
 
 def render_report(run: dict[str, Any]) -> str:
     """The page for :func:`algos.report.load_run`'s ``run``."""
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
-    csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-           f"script-src 'sha256-{script_hash}'")
+    csp = (
+        f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src 'sha256-{script_hash}'"
+    )
     n_eps = sum(len(it["episodes"]) for it in run["iterations"])
     cfg = run.get("config") or {}
-    summary = ", ".join(f"{k}={esc(cfg[k])}" for k in ("env", "policy", "loss",
-                        "advantage_estimator", "off_policy_correction") if k in cfg)
+    summary = ", ".join(
+        f"{k}={esc(cfg[k])}"
+        for k in ("env", "policy", "loss", "advantage_estimator", "off_policy_correction")
+        if k in cfg
+    )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
-        f'<title>run {esc(run.get("name", ""))}</title><style>{CSS}</style></head><body>'
+        f"<title>run {esc(run.get('name', ''))}</title><style>{CSS}</style></head><body>"
         f'<h1>run {esc(run.get("name", ""))}</h1><p class="muted">{summary}</p>'
         f'<h2>Curves</h2><div class="curves">{render_curves(run["metrics"])}</div>'
-        f'<h2>Episodes</h2><p>{n_eps} saved episodes over {len(run["iterations"])} iterations; '
+        f"<h2>Episodes</h2><p>{n_eps} saved episodes over {len(run['iterations'])} iterations; "
         '<input id="filter" placeholder="filter tasks"> <span id="shown"></span> '
         '<button id="expand">expand all</button> <button id="collapse">collapse all</button></p>'
-        f'{render_tasks(run["iterations"])}<script>{SCRIPT}</script></body></html>')
+        f"{render_tasks(run['iterations'])}<script>{SCRIPT}</script></body></html>"
+    )

@@ -144,8 +144,9 @@ class RFTConfig(RunConfig):
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         if self.save_episodes_sampling not in EPISODE_SAMPLING:
-            raise unknown_choice("save_episodes_sampling", self.save_episodes_sampling,
-                                 EPISODE_SAMPLING)
+            raise unknown_choice(
+                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
+            )
         for path in self.trajectories or []:
             if not Path(path).is_file():
                 raise ConfigError(f"trajectory file {path!r} does not exist")
@@ -156,22 +157,34 @@ class RFTConfig(RunConfig):
         if self.format_patience and not self.probe_contexts:
             raise ConfigError("format_patience stops on the format probe: set probe_contexts too")
         if self.trajectories and self.agent:
-            raise ConfigError(f"agent={self.agent!r} runs the rollouts, but trajectories="
-                              f"{self.trajectories} replace them: pass one or the other")
+            raise ConfigError(
+                f"agent={self.agent!r} runs the rollouts, but trajectories="
+                f"{self.trajectories} replace them: pass one or the other"
+            )
 
     def learner_config(self, total_steps: int) -> LearnerConfig:
         warmup = min(self.warmup_steps, max(0, total_steps - 1))
         return LearnerConfig(
-            lr=self.lr, weight_decay=self.weight_decay, grad_clip=self.grad_clip,
-            warmup_steps=warmup, schedule="cosine", total_steps=total_steps, min_lr_ratio=0.0,
-            micro_batch_tokens=self.micro_batch_tokens, bf16=self.bf16,
-            grad_checkpointing=self.grad_checkpointing, loss="sft", agg_mode="token-mean",
-            temperature=self.temperature, tree_packing=self.tree_packing,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            warmup_steps=warmup,
+            schedule="cosine",
+            total_steps=total_steps,
+            min_lr_ratio=0.0,
+            micro_batch_tokens=self.micro_batch_tokens,
+            bf16=self.bf16,
+            grad_checkpointing=self.grad_checkpointing,
+            loss="sft",
+            agg_mode="token-mean",
+            temperature=self.temperature,
+            tree_packing=self.tree_packing,
         )
 
 
-def collect(cfg: RFTConfig, policy: Policy | None,
-            run_dir: Path | None = None) -> tuple[list[Any], int]:
+def collect(
+    cfg: RFTConfig, policy: Policy | None, run_dir: Path | None = None
+) -> tuple[list[Any], int]:
     """``(kept trajectories, how many were read or rolled out)``; rolled-out episodes are saved
     to ``run_dir`` as iteration 1 of the run (``save_episodes``; read files are not copied)."""
     from agents.trajectory import Trajectory
@@ -190,8 +203,9 @@ def collect(cfg: RFTConfig, policy: Policy | None,
                 count_env_failure(t, failed)
         check_episode_errors(failed, cfg.max_error_share, "rft rollouts")
         if run_dir is not None and cfg.save_episodes != 0:  # sampled by the initial weights
-            save_iteration_episodes(run_dir, 1, trajs, 0, cfg.save_episodes,
-                                    cfg.save_episodes_sampling, cfg.seed)
+            save_iteration_episodes(
+                run_dir, 1, trajs, 0, cfg.save_episodes, cfg.save_episodes_sampling, cfg.seed
+            )
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
     return kept, len(trajs)
 
@@ -201,8 +215,9 @@ def build_samples(cfg: RFTConfig, trajs: Sequence[Any], counters: Counters) -> l
     episode recorded in several segments (a rewritten gateway history) gives one per segment."""
     out = []
     for i, t in enumerate(trajs):
-        out += episode_samples(t, 1.0, cfg.max_context_tokens, cfg.mask_invalid, counters,
-                               f"{t.task_id}/{i}")
+        out += episode_samples(
+            t, 1.0, cfg.max_context_tokens, cfg.mask_invalid, counters, f"{t.task_id}/{i}"
+        )
     return out
 
 
@@ -214,32 +229,46 @@ class FormatProbe:
         self.policy = policy
         self.enabled = cfg.probe_contexts > 0
         self.kept = kept
-        self.contexts = (turn_contexts(kept, cfg.probe_contexts, cfg.seed)
-                         if self.enabled and cfg.probe == "sample" else [])
+        self.contexts = (
+            turn_contexts(kept, cfg.probe_contexts, cfg.seed)
+            if self.enabled and cfg.probe == "sample"
+            else []
+        )
         self.best = -1.0
         self.flat_for = 0  # epochs in a row without a rise
 
     def __call__(self, epoch: int) -> float:
         t0 = time.perf_counter()
         if self.cfg.probe == "greedy":
-            rate = greedy_match_rate(self.policy.model, self.kept, self.cfg.probe_contexts,
-                                     self.cfg.seed)
+            rate = greedy_match_rate(
+                self.policy.model, self.kept, self.cfg.probe_contexts, self.cfg.seed
+            )
         else:
             rate = format_valid_rate(
-                self.policy.model, self.policy.tokenizer, self.contexts,
+                self.policy.model,
+                self.policy.tokenizer,
+                self.contexts,
                 action_format=self.cfg.env_kwargs.get("action_format", "fenced"),
                 max_new_tokens=self.cfg.max_new_tokens or 128,
-                temperature=self.cfg.temperature, seed=self.cfg.seed + epoch)
+                temperature=self.cfg.temperature,
+                seed=self.cfg.seed + epoch,
+            )
         self.flat_for = 0 if rate > self.best else self.flat_for + 1
         self.best = max(self.best, rate)
-        print(f"rft: epoch {epoch}: format_valid ({self.cfg.probe}) {rate:.3f} on "
-              f"{self.cfg.probe_contexts} turns ({time.perf_counter() - t0:.0f} s)",
-              file=sys.stderr)
+        print(
+            f"rft: epoch {epoch}: format_valid ({self.cfg.probe}) {rate:.3f} on "
+            f"{self.cfg.probe_contexts} turns ({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+        )
         return rate
 
 
-def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
-              learner_factory: LearnerFactory = default_learner_factory) -> list[dict[str, Any]]:
+def train_rft(
+    cfg: RFTConfig,
+    *,
+    policy: Policy | None = None,
+    learner_factory: LearnerFactory = default_learner_factory,
+) -> list[dict[str, Any]]:
     """The whole RFT run; returns one metrics row per optimiser step."""
     from agents.trajectory import Trajectory
 
@@ -247,7 +276,8 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
         raise ConfigError(
             "RFT runs in one process with rollout_backend=threads; run it without torchrun "
             f"(WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')}, rollout_backend="
-            f"{cfg.rollout_backend!r})")
+            f"{cfg.rollout_backend!r})"
+        )
     run_dir = cfg.resolve_run_dir("rft")
     run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(cfg.seed)
@@ -255,8 +285,9 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
     reuse = cfg.resume and data_file.exists()
     if policy is None:
         if cfg.trajectories or reuse:  # no rollouts: no engine needed
-            model, tokenizer, path = load_policy_model(cfg.policy, run_dir, cfg.seed,
-                                                       cfg.yarn_factor)
+            model, tokenizer, path = load_policy_model(
+                cfg.policy, run_dir, cfg.seed, cfg.yarn_factor
+            )
             policy = Policy(model=model, tokenizer=tokenizer, path=path)
         else:
             policy = build_policy(cfg, run_dir)
@@ -270,23 +301,33 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
     if not kept:
         raise ConfigError(
             f"no resolved, token-exact trajectory among {seen}; roll out more runs_per_task, "
-            "use a stronger rollout_model, or pass --trajectories with passing runs")
+            "use a stronger rollout_model, or pass --trajectories with passing runs"
+        )
     counters = Counters()
     samples = build_samples(cfg, kept, counters)
-    print(f"rft: {len(kept)} resolved of {seen} trajectories -> {len(samples)} samples "
-          f"({counters.truncated} truncated, {counters.empty} without loss tokens)",
-          file=sys.stderr)
+    print(
+        f"rft: {len(kept)} resolved of {seen} trajectories -> {len(samples)} samples "
+        f"({counters.truncated} truncated, {counters.empty} without loss tokens)",
+        file=sys.stderr,
+    )
     steps_per_epoch = math.ceil(len(samples) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    learner = learner_factory(policy.model, cfg.learner_config(total), ref_model=None,
-                              tokenizer=policy.tokenizer)
+    learner = learner_factory(
+        policy.model, cfg.learner_config(total), ref_model=None, tokenizer=policy.tokenizer
+    )
     done = 0
     ckpt = run_dir / CHECKPOINT_DIR
     if cfg.resume and (ckpt / "learner_state.pt").exists():
         done = int(learner.load_checkpoint(ckpt)["done_steps"])
         print(f"resumed {run_dir} at step {done}/{total}", file=sys.stderr)
-    logger = MetricsLogger(run_dir, cfg.log, to_dict(cfg), cfg.wandb_project,
-                           resume_from=done if cfg.resume else None, key="step")
+    logger = MetricsLogger(
+        run_dir,
+        cfg.log,
+        to_dict(cfg),
+        cfg.wandb_project,
+        resume_from=done if cfg.resume else None,
+        key="step",
+    )
     bar = None
     if cfg.progress:
         from tqdm import tqdm
@@ -310,13 +351,19 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
                     epoch, k = divmod(done, steps_per_epoch)
                     order = list(range(len(samples)))
                     random.Random(cfg.seed + epoch).shuffle(order)
-                    batch = [samples[j] for j in order[k * cfg.batch_size:(k + 1) * cfg.batch_size]]
+                    batch = [
+                        samples[j] for j in order[k * cfg.batch_size : (k + 1) * cfg.batch_size]
+                    ]
                     t0 = time.perf_counter()
                     with guard.critical():
                         metrics = learner.train_step(batch)
                         done += 1
-                    row = {"step": done, "epoch": epoch + 1, **metrics,
-                           "time_s": time.perf_counter() - t0}
+                    row = {
+                        "step": done,
+                        "epoch": epoch + 1,
+                        **metrics,
+                        "time_s": time.perf_counter() - t0,
+                    }
                     stop = False
                     if probe.enabled and done % steps_per_epoch == 0:  # an epoch ended
                         row["format_valid"] = probe(epoch + 1)
@@ -327,9 +374,11 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
                         bar.update(1)
                         bar.set_postfix(nll=f"{metrics.get('nll', float('nan')):.4f}")
                     if stop:
-                        print(f"rft: format_valid has not risen for {probe.flat_for} epoch(s) "
-                              f"(best {probe.best:.3f}): stopping after epoch {epoch + 1}",
-                              file=sys.stderr)
+                        print(
+                            f"rft: format_valid has not risen for {probe.flat_for} epoch(s) "
+                            f"(best {probe.best:.3f}): stopping after epoch {epoch + 1}",
+                            file=sys.stderr,
+                        )
                         total = done
                     if checkpoint_due(done, total, cfg.checkpoint_every):
                         with guard.critical():
@@ -346,8 +395,13 @@ def train_rft(cfg: RFTConfig, *, policy: Policy | None = None,
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        cfg = parse_config(RFTConfig, argv, prog="python -m algos.rft",
-                           description=__doc__.split("\n\n")[0], prefix="rft")
+        cfg = parse_config(
+            RFTConfig,
+            argv,
+            prog="python -m algos.rft",
+            description=__doc__.split("\n\n")[0],
+            prefix="rft",
+        )
     except ValueError as e:
         raise SystemExit(f"config error: {e}") from None
     try:

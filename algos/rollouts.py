@@ -31,8 +31,11 @@ def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
     import swe_gym  # noqa: F401 - registers the ids
 
     if env_id not in gymnasium.registry:
-        raise unknown_choice("env id", env_id, [k for k in gymnasium.registry if "-v" in k
-                                                and not k.startswith(("ALE", "Gym"))][:40])
+        raise unknown_choice(
+            "env id",
+            env_id,
+            [k for k in gymnasium.registry if "-v" in k and not k.startswith(("ALE", "Gym"))][:40],
+        )
     env = gymnasium.make(env_id, **env_kwargs)
     base: Any = env.unwrapped  # a task env (SWEEnv, SWERLEnv): its .tasks
     try:
@@ -161,21 +164,37 @@ class RolloutSpec:
 
     @classmethod
     def from_config(cls, cfg: Any) -> RolloutSpec:
-        return cls(env=cfg.env, env_kwargs=env_kwargs_for(cfg), agent_kwargs=agent_kwargs(cfg),
-                   concurrency=cfg.concurrency, episode_timeout_s=cfg.episode_timeout_s,
-                   agent=getattr(cfg, "agent", None))
+        return cls(
+            env=cfg.env,
+            env_kwargs=env_kwargs_for(cfg),
+            agent_kwargs=agent_kwargs(cfg),
+            concurrency=cfg.concurrency,
+            episode_timeout_s=cfg.episode_timeout_s,
+            agent=getattr(cfg, "agent", None),
+        )
 
 
 @runtime_checkable
 class EpisodeRunner(Protocol):
     """A sampler that runs whole episodes itself (``algos.policy.RayRollouts``)."""
 
-    def run_episodes(self, task_ids: Sequence[str], n_per_task: int, seed: int,
-                     progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]: ...
+    def run_episodes(
+        self,
+        task_ids: Sequence[str],
+        n_per_task: int,
+        seed: int,
+        progress: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]: ...
 
 
-def run_rollouts(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], n_per_task: int,
-                 seed: int, progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+def run_rollouts(
+    spec: RolloutSpec,
+    sampler: Any,
+    task_ids: Sequence[str],
+    n_per_task: int,
+    seed: int,
+    progress: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``, or the
     sampler's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds."""
     from agents.rollout import rollout
@@ -186,10 +205,18 @@ def run_rollouts(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], n_per
         from algos.agent_rollouts import run_agent_rollouts
 
         return run_agent_rollouts(spec, sampler, task_ids, n_per_task, seed, progress)
-    return rollout(spec.env, sampler, list(task_ids), n_per_task=n_per_task,
-                   concurrency=spec.concurrency, agent_kwargs=spec.agent_kwargs,
-                   episode_timeout_s=spec.episode_timeout_s, env_kwargs=spec.env_kwargs,
-                   seed=seed, progress=progress)
+    return rollout(
+        spec.env,
+        sampler,
+        list(task_ids),
+        n_per_task=n_per_task,
+        concurrency=spec.concurrency,
+        agent_kwargs=spec.agent_kwargs,
+        episode_timeout_s=spec.episode_timeout_s,
+        env_kwargs=spec.env_kwargs,
+        seed=seed,
+        progress=progress,
+    )
 
 
 def check_prompt_fits(spec: RolloutSpec, tokenizer: Any, task_id: str, seed: int) -> int:
@@ -204,8 +231,9 @@ def check_prompt_fits(spec: RolloutSpec, tokenizer: Any, task_id: str, seed: int
         obs, info = env.reset(seed=seed, options={"task_id": task_id})
     finally:
         env.close()
-    messages = ([{"role": "system", "content": info["system_prompt"]}]
-                if info.get("system_prompt") else []) + [{"role": "user", "content": obs}]
+    messages = (
+        [{"role": "system", "content": info["system_prompt"]}] if info.get("system_prompt") else []
+    ) + [{"role": "user", "content": obs}]
     n = len(ChatTemplate(tokenizer).initial_ids(messages))
     limit = spec.agent_kwargs["max_context_tokens"]
     if n + 1 > limit:
@@ -235,9 +263,14 @@ class CollectPlan:
 
     @classmethod
     def from_config(cls, cfg: Any, needed: int) -> CollectPlan:
-        return cls(problems_per_iteration=cfg.problems_per_iteration, group_size=cfg.group_size,
-                   needed=needed, max_refill_rounds=cfg.max_refill_rounds,
-                   refill_problems=cfg.refill_problems, seed=cfg.seed)
+        return cls(
+            problems_per_iteration=cfg.problems_per_iteration,
+            group_size=cfg.group_size,
+            needed=needed,
+            max_refill_rounds=cfg.max_refill_rounds,
+            refill_problems=cfg.refill_problems,
+            seed=cfg.seed,
+        )
 
     def round_seed(self, iteration: int, round_: int) -> int:
         """The episode seed of refill round ``round_`` of iteration ``iteration`` (0-based)."""
@@ -255,9 +288,15 @@ class Collected:
     episodes: list[Trajectory]
 
 
-def roll_out_groups(spec: RolloutSpec, sampler: Any, task_ids: Sequence[str], group_size: int,
-                    seed: int, group_base: int = 0,
-                    progress: Callable[[Trajectory], None] | None = None) -> tuple[list[Trajectory], list[int]]:
+def roll_out_groups(
+    spec: RolloutSpec,
+    sampler: Any,
+    task_ids: Sequence[str],
+    group_size: int,
+    seed: int,
+    group_base: int = 0,
+    progress: Callable[[Trajectory], None] | None = None,
+) -> tuple[list[Trajectory], list[int]]:
     """``group_size`` episodes per task; returns ``(trajectories, group index of each)`` with
     groups numbered from ``group_base`` (one per task, task-major)."""
     trajs = run_rollouts(spec, sampler, task_ids, group_size, seed, progress)
@@ -273,10 +312,19 @@ def count_solves(solve_counts: dict[str, list[int]], trajs: Sequence[Trajectory]
         solve_counts[t.task_id] = [a + 1, r + int(bool(t.resolved))]
 
 
-def collect(plan: CollectPlan, scoring: ScoringSpec, spec: RolloutSpec, tasks: TaskSampler,
-            sampler: Any, reward_fn: Callable[[Trajectory], float] | None, counters: Counters, *,
-            iteration: int, solve_counts: dict[str, list[int]],
-            tick: Callable[[Trajectory], None] | None = None) -> Collected:
+def collect(
+    plan: CollectPlan,
+    scoring: ScoringSpec,
+    spec: RolloutSpec,
+    tasks: TaskSampler,
+    sampler: Any,
+    reward_fn: Callable[[Trajectory], float] | None,
+    counters: Counters,
+    *,
+    iteration: int,
+    solve_counts: dict[str, list[int]],
+    tick: Callable[[Trajectory], None] | None = None,
+) -> Collected:
     """Iteration ``iteration`` (0-based): roll out groups of the tasks ``tasks`` hands out with
     ``sampler``, score and filter them, and refill while fewer than ``plan.needed`` survive
     (at most ``plan.max_refill_rounds`` extra rounds)."""
@@ -287,12 +335,20 @@ def collect(plan: CollectPlan, scoring: ScoringSpec, spec: RolloutSpec, tasks: T
     n_problems = plan.problems_per_iteration
     while True:
         problems = tasks.sample(n_problems)
-        trajs, groups = roll_out_groups(spec, sampler, problems, plan.group_size,
-                                        plan.round_seed(iteration, rounds), group_base, tick)
+        trajs, groups = roll_out_groups(
+            spec,
+            sampler,
+            problems,
+            plan.group_size,
+            plan.round_seed(iteration, rounds),
+            group_base,
+            tick,
+        )
         group_base += len(problems)
         count_solves(solve_counts, trajs)
-        scored, survivors = score_groups(trajs, groups, scoring, reward_fn, counters,
-                                         f"iteration {iteration + 1}")
+        scored, survivors = score_groups(
+            trajs, groups, scoring, reward_fn, counters, f"iteration {iteration + 1}"
+        )
         episodes += trajs
         rewards += [s.reward for s in scored]
         kept += survivors

@@ -34,8 +34,15 @@ SOLVE_RATES_FILE = "solve_rates.json"
 class MetricsLogger:
     """``metrics.jsonl`` always; TensorBoard / W&B when asked for and installed."""
 
-    def __init__(self, run_dir: Path, sinks: Sequence[str], config: dict[str, Any],
-                 project: str = "swe-gym-rl", resume_from: int | None = None, key: str = "iteration"):
+    def __init__(
+        self,
+        run_dir: Path,
+        sinks: Sequence[str],
+        config: dict[str, Any],
+        project: str = "swe-gym-rl",
+        resume_from: int | None = None,
+        key: str = "iteration",
+    ):
         self.path = run_dir / METRICS_FILE
         self.key = key
         if resume_from is not None and self.path.exists():
@@ -51,21 +58,34 @@ class MetricsLogger:
 
                 self.tb = SummaryWriter(str(run_dir / "tensorboard"))
             except ImportError:
-                log.warning("tensorboard logging asked for but not installed "
-                            "(pip install tensorboard); logging to %s only", self.path)
+                log.warning(
+                    "tensorboard logging asked for but not installed "
+                    "(pip install tensorboard); logging to %s only",
+                    self.path,
+                )
         if "wandb" in sinks:
             try:
                 import wandb
 
-                self.wandb = wandb.init(project=project, dir=str(run_dir), config=config,
-                                        name=run_dir.name, resume="allow")
+                self.wandb = wandb.init(
+                    project=project,
+                    dir=str(run_dir),
+                    config=config,
+                    name=run_dir.name,
+                    resume="allow",
+                )
             except ImportError:
-                log.warning("wandb logging asked for but not installed (pip install wandb); "
-                            "logging to %s only", self.path)
+                log.warning(
+                    "wandb logging asked for but not installed (pip install wandb); "
+                    "logging to %s only",
+                    self.path,
+                )
 
     def log(self, row: dict[str, Any]) -> None:
-        row = {k: (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
-               for k, v in row.items()}
+        row = {
+            k: (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+            for k, v in row.items()
+        }
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         step = int(row.get(self.key, 0))
@@ -132,16 +152,25 @@ def checkpoint_due(done: int, total: int, every: int) -> bool:
     return done == total or bool(every and done % every == 0)
 
 
-def save_interrupted(save: Callable[[], None], at: str, algo: str, run_dir: Path,
-                     checkpoint_dir: Path, rank: int | None = None) -> None:
+def save_interrupted(
+    save: Callable[[], None],
+    at: str,
+    algo: str,
+    run_dir: Path,
+    checkpoint_dir: Path,
+    rank: int | None = None,
+) -> None:
     """Ctrl-C's end of a training loop (RL and RFT): say where it stopped (``at``), ``save`` a
     checkpoint and print the command that continues the run; the caller then re-raises the
     KeyboardInterrupt (its ``main`` exits 130)."""
     who = "" if rank is None else f"[rank {rank}] "
     print(f"\n{who}interrupted: saving a checkpoint at {at}", file=sys.stderr)
     save()
-    print(f"checkpoint written to {checkpoint_dir}; continue with: "
-          f"python -m algos.{algo} --resume {run_dir}", file=sys.stderr)
+    print(
+        f"checkpoint written to {checkpoint_dir}; continue with: "
+        f"python -m algos.{algo} --resume {run_dir}",
+        file=sys.stderr,
+    )
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
@@ -151,8 +180,9 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, st
         line = []
         for _, key, spec in columns:
             v = row.get(key)
-            line.append("-" if v is None or (isinstance(v, float) and math.isnan(v))
-                        else format(v, spec))
+            line.append(
+                "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+            )
         cells.append(line)
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     out = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
@@ -193,8 +223,6 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-
-
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank (pickled; no-op without a process group)."""
     if not torch.distributed.is_initialized():
@@ -204,13 +232,27 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-_GLOBAL_METRICS = ("grad_norm", "lr", "step", "skipped", "skipped_steps", "loss_tokens",
-                   "sequences", "tokens", "padded_tokens", "micro_batches", "time_s",
-                   "tokens_per_s", "tokens_computed", "tokens_plain")
+_GLOBAL_METRICS = (
+    "grad_norm",
+    "lr",
+    "step",
+    "skipped",
+    "skipped_steps",
+    "loss_tokens",
+    "sequences",
+    "tokens",
+    "padded_tokens",
+    "micro_batches",
+    "time_s",
+    "tokens_per_s",
+    "tokens_computed",
+    "tokens_plain",
+)
 
 
-def reduce_step_metrics(metrics: dict[str, float], samples: Sequence[Sample],
-                        ctx: DistContext) -> dict[str, float]:
+def reduce_step_metrics(
+    metrics: dict[str, float], samples: Sequence[Sample], ctx: DistContext
+) -> dict[str, float]:
     """One process's view of a DistributedLearner step: its metrics are rank-local (each rank
     saw its DP share), so ``loss`` (already divided by the global token count) is summed over
     the DP ranks, ``*_max``/``*_min`` take the max/min, and the other per-token means are
@@ -219,8 +261,11 @@ def reduce_step_metrics(metrics: dict[str, float], samples: Sequence[Sample],
 
     weight = float(sum(s.num_loss_tokens for s in ctx.split_for_dp(samples)))
     local = {k: v for k, v in metrics.items() if k not in _GLOBAL_METRICS}
-    sums = {f"sum:{k}": v * (1.0 if k == "loss" else weight) for k, v in local.items()
-            if not k.endswith(("_max", "_min"))}
+    sums = {
+        f"sum:{k}": v * (1.0 if k == "loss" else weight)
+        for k, v in local.items()
+        if not k.endswith(("_max", "_min"))
+    }
     sums = all_reduce_sum({**sums, "weight": weight}, ctx)
     out = dict(metrics)
     for k in local:
@@ -268,7 +313,9 @@ def load_sharded_into(learner: PolicyLearner, ckpt: Path) -> dict[str, Any]:
     return extra["extra_state"] or {}
 
 
-def save_sharded(learner: PolicyLearner, dest: Path, dist: DistContext, extra: dict[str, Any]) -> None:
+def save_sharded(
+    learner: PolicyLearner, dest: Path, dist: DistContext, extra: dict[str, Any]
+) -> None:
     """A DistributedLearner's DCP save into a temporary sibling of ``dest``, then renamed into
     place by rank 0, so a run killed mid-save keeps its previous checkpoint (as the
     single-process save does). Collective: every rank calls it."""
@@ -300,15 +347,18 @@ def load_checkpoint_state(learner: PolicyLearner, directory: Path) -> dict[str, 
         raise ConfigError(
             f"{ckpt} was written by a single process (Hugging Face format); resume it "
             "without torchrun, or start a new run from its weights with --policy "
-            f"{ckpt}")
+            f"{ckpt}"
+        )
     return learner.load_checkpoint(ckpt)
 
 
 def write_solve_rates(run_dir: Path, solve_counts: dict[str, list[int]]) -> None:
     """``solve_rates.json``: per task its attempts, resolved runs and rate (what
     ``solve_rates=`` of a stage-2 run reads)."""
-    rates = {t: {"attempts": a, "resolved": r, "rate": r / a if a else 0.0}
-             for t, (a, r) in sorted(solve_counts.items())}
+    rates = {
+        t: {"attempts": a, "resolved": r, "rate": r / a if a else 0.0}
+        for t, (a, r) in sorted(solve_counts.items())
+    }
     (run_dir / SOLVE_RATES_FILE).write_text(json.dumps(rates, indent=1))
 
 
@@ -333,10 +383,13 @@ class EpisodeStats:
 
     def summary(self) -> dict[str, float]:
         n = max(1, self.n)
-        return {"resolved_rate": self.resolved / n, "turns_mean": self.turns / n,
-                "seq_tokens_mean": self.tokens / n,
-                "response_tokens_mean": self.completion_tokens / n,
-                "env_reward_mean": self.env_reward / n}
+        return {
+            "resolved_rate": self.resolved / n,
+            "turns_mean": self.turns / n,
+            "seq_tokens_mean": self.tokens / n,
+            "response_tokens_mean": self.completion_tokens / n,
+            "env_reward_mean": self.env_reward / n,
+        }
 
 
 def mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -344,10 +397,27 @@ def mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
     NaN loss excluded)."""
     if not step_metrics:
         return {"loss": float("nan")}
-    keys = ("loss", "pg_loss", "nll", "kl", "entropy", "clip_frac_low", "clip_frac_high",
-            "approx_kl", "ratio_mean", "grad_norm", "lr", "loss_tokens", "tokens_per_s",
-            "mismatch_kl", "mismatch_ratio_mean", "is_weight_mean", "is_capped_frac",
-            "tokens_computed", "tokens_plain")
+    keys = (
+        "loss",
+        "pg_loss",
+        "nll",
+        "kl",
+        "entropy",
+        "clip_frac_low",
+        "clip_frac_high",
+        "approx_kl",
+        "ratio_mean",
+        "grad_norm",
+        "lr",
+        "loss_tokens",
+        "tokens_per_s",
+        "mismatch_kl",
+        "mismatch_ratio_mean",
+        "is_weight_mean",
+        "is_capped_frac",
+        "tokens_computed",
+        "tokens_plain",
+    )
     out: dict[str, float] = {}
     for k in keys:
         vals = [m[k] for m in step_metrics if k in m and math.isfinite(m[k])]
@@ -363,28 +433,38 @@ def mean_metrics(step_metrics: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def iteration_row(iteration: int, counters: Counters, *, rounds: int, rewards: Sequence[float],
-                  advantages: Sequence[float], n_samples: int,
-                  step_metrics: list[dict[str, float]], learner: PolicyLearner,
-                  skipped_iterations: int,
-                  times: dict[str, float]) -> dict[str, Any]:
+def iteration_row(
+    iteration: int,
+    counters: Counters,
+    *,
+    rounds: int,
+    rewards: Sequence[float],
+    advantages: Sequence[float],
+    n_samples: int,
+    step_metrics: list[dict[str, float]],
+    learner: PolicyLearner,
+    skipped_iterations: int,
+    times: dict[str, float],
+) -> dict[str, Any]:
     """An RL iteration's metrics row: its counts, rewards (every scored episode), advantages
     (the kept ones), steps and timings, then the mean of the learner's step metrics."""
     rewards_t = torch.tensor(list(rewards)) if rewards else torch.zeros(0)
     row: dict[str, Any] = {"iteration": iteration, "refill_rounds": rounds}
     row.update(counters.row())
-    row.update({
-        "reward_mean": float(rewards_t.mean()) if rewards else float("nan"),
-        "reward_std": float(rewards_t.std()) if len(rewards) > 1 else 0.0,
-        "kept": n_samples,
-        "filtered_frac": counters.filtered / max(1, counters.episodes),
-        "optimizer_steps": sum(1 for m in step_metrics if not m.get("skipped")),
-        "skipped_steps": float(learner.skipped_steps),
-        "skipped_iterations": skipped_iterations,
-        "step": float(learner.step),
-        **times,
-        "adv_abs_mean": sum(abs(a) for a in advantages) / max(1, len(advantages)),
-    })
+    row.update(
+        {
+            "reward_mean": float(rewards_t.mean()) if rewards else float("nan"),
+            "reward_std": float(rewards_t.std()) if len(rewards) > 1 else 0.0,
+            "kept": n_samples,
+            "filtered_frac": counters.filtered / max(1, counters.episodes),
+            "optimizer_steps": sum(1 for m in step_metrics if not m.get("skipped")),
+            "skipped_steps": float(learner.skipped_steps),
+            "skipped_iterations": skipped_iterations,
+            "step": float(learner.step),
+            **times,
+            "adv_abs_mean": sum(abs(a) for a in advantages) / max(1, len(advantages)),
+        }
+    )
     row.update(mean_metrics(step_metrics))
     if counters.errors:
         row["errors"] = counters.errors[:10]
@@ -400,20 +480,29 @@ class ProgressBar:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="it", file=sys.stderr,
-                            dynamic_ncols=True)
+            self.bar = tqdm(
+                total=total,
+                initial=initial,
+                desc=desc,
+                unit="it",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
 
     def episodes(self, stats: EpisodeStats) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"episodes {stats.n}, resolved {stats.resolved}",
-                                     refresh=False)
+            self.bar.set_postfix_str(
+                f"episodes {stats.n}, resolved {stats.resolved}", refresh=False
+            )
 
     def iteration(self, row: dict[str, Any]) -> None:
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(reward=f"{row['reward_mean']:.3f}",
-                                 resolved=f"{row['resolved_rate']:.2f}",
-                                 filtered=f"{row['filtered_frac']:.2f}")
+            self.bar.set_postfix(
+                reward=f"{row['reward_mean']:.3f}",
+                resolved=f"{row['resolved_rate']:.2f}",
+                filtered=f"{row['filtered_frac']:.2f}",
+            )
 
     def close(self) -> None:
         if self.bar is not None:

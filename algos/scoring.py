@@ -46,15 +46,18 @@ class ScoringSpec:
 
     @classmethod
     def from_config(cls, cfg: Any) -> ScoringSpec:
-        return cls(filter=cfg.filter,
-                   advantage_estimator=getattr(cfg, "advantage_estimator", "grpo"),
-                   normalize_std=cfg.normalize_std,
-                   length_penalty=getattr(cfg, "length_penalty", False),
-                   length_threshold=getattr(cfg, "length_threshold", 0), max_turns=cfg.max_turns,
-                   overlong_buffer=getattr(cfg, "overlong_buffer", 0),
-                   max_context_tokens=cfg.max_context_tokens,
-                   mask_failed_groups=getattr(cfg, "mask_failed_groups", False),
-                   max_error_share=cfg.max_error_share)
+        return cls(
+            filter=cfg.filter,
+            advantage_estimator=getattr(cfg, "advantage_estimator", "grpo"),
+            normalize_std=cfg.normalize_std,
+            length_penalty=getattr(cfg, "length_penalty", False),
+            length_threshold=getattr(cfg, "length_threshold", 0),
+            max_turns=cfg.max_turns,
+            overlong_buffer=getattr(cfg, "overlong_buffer", 0),
+            max_context_tokens=cfg.max_context_tokens,
+            mask_failed_groups=getattr(cfg, "mask_failed_groups", False),
+            max_error_share=cfg.max_error_share,
+        )
 
 
 @dataclass
@@ -91,10 +94,22 @@ class Counters:
 
     def row(self) -> dict[str, int]:
         """The counts a metrics row reports."""
-        return {k: getattr(self, k) for k in (
-            "episodes", "rollout_errors", "env_failures", "reward_errors", "not_token_exact",
-            "truncated", "overlong_dropped", "filtered", "failure_masked", "segments",
-            "prefix_failures")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "episodes",
+                "rollout_errors",
+                "env_failures",
+                "reward_errors",
+                "not_token_exact",
+                "truncated",
+                "overlong_dropped",
+                "filtered",
+                "failure_masked",
+                "segments",
+                "prefix_failures",
+            )
+        }
 
 
 def load_reward_fn(spec: str | None) -> Callable[[Trajectory], float] | None:
@@ -132,15 +147,23 @@ def count_env_failure(traj: Trajectory, counters: Counters) -> None:
     policy's doing) in ``env_failures`` with its message."""
     if traj.finish_reason in ENV_FAILURES:
         counters.env_failures += 1
-        counters.errors.append(f"env {traj.task_id}: {traj.finish_reason}: "
-                               f"{(traj.error or '')[:300]}")
+        counters.errors.append(
+            f"env {traj.task_id}: {traj.finish_reason}: {(traj.error or '')[:300]}"
+        )
 
 
-def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
-                       reward_fn: Callable[[Trajectory], float] | None, counters: Counters, *,
-                       length_penalty: bool = False, length_threshold: int = 0,
-                       max_turns: int = 0, overlong_buffer: int = 0,
-                       max_context_tokens: int = 0) -> list[Scored]:
+def score_trajectories(
+    trajs: Sequence[Trajectory],
+    groups: Sequence[int],
+    reward_fn: Callable[[Trajectory], float] | None,
+    counters: Counters,
+    *,
+    length_penalty: bool = False,
+    length_threshold: int = 0,
+    max_turns: int = 0,
+    overlong_buffer: int = 0,
+    max_context_tokens: int = 0,
+) -> list[Scored]:
     """Rewards (+ the turn length penalty when ``length_penalty``: ``length_threshold`` and
     ``max_turns`` as in ``core.turn_length_penalty``; + the soft overlong penalty over the
     episode's tokens when ``overlong_buffer``: ``core.overlong_penalty`` with ``L_max =
@@ -149,14 +172,17 @@ def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
     out = []
     for traj, group in zip(trajs, groups, strict=True):
         counters.episodes += 1
-        counters.prefix_failures += int((getattr(traj, "agent", None) or {}).get(
-            "prefix_failures", 0) or 0)
+        counters.prefix_failures += int(
+            (getattr(traj, "agent", None) or {}).get("prefix_failures", 0) or 0
+        )
         if count_rollout_error(traj, counters):
             continue
         if not traj.token_exact:
             counters.not_token_exact += 1
-            counters.errors.append(f"rollout {traj.task_id}: not token-exact (the model returned "
-                                   "text without its token ids; use a token backend)")
+            counters.errors.append(
+                f"rollout {traj.task_id}: not token-exact (the model returned "
+                "text without its token ids; use a token backend)"
+            )
             continue
         try:
             reward = float(reward_fn(traj)) if reward_fn is not None else float(traj.reward)
@@ -165,22 +191,30 @@ def score_trajectories(trajs: Sequence[Trajectory], groups: Sequence[int],
         except Exception as e:  # noqa: BLE001 - a broken reward drops the sample, not the run
             counters.reward_errors += 1
             counters.errors.append(f"reward {traj.task_id}: {type(e).__name__}: {e}")
-            log.warning("reward function failed on task %s: %s: %s", traj.task_id,
-                        type(e).__name__, e)
+            log.warning(
+                "reward function failed on task %s: %s: %s", traj.task_id, type(e).__name__, e
+            )
             continue
         count_env_failure(traj, counters)
         if length_penalty:
-            reward += float(core.turn_length_penalty(
-                torch.tensor([traj.num_turns]), length_threshold, max_turns)[0])
+            reward += float(
+                core.turn_length_penalty(
+                    torch.tensor([traj.num_turns]), length_threshold, max_turns
+                )[0]
+            )
         if overlong_buffer:
-            reward += float(core.overlong_penalty(
-                torch.tensor([traj.num_tokens]), max_context_tokens, overlong_buffer)[0])
+            reward += float(
+                core.overlong_penalty(
+                    torch.tensor([traj.num_tokens]), max_context_tokens, overlong_buffer
+                )[0]
+            )
         out.append(Scored(traj, group, reward))
     return out
 
 
-def mask_failed_groups(trajs: Sequence[Trajectory], groups: Sequence[int], scored: list[Scored],
-                       counters: Counters) -> list[Scored]:
+def mask_failed_groups(
+    trajs: Sequence[Trajectory], groups: Sequence[int], scored: list[Scored], counters: Counters
+) -> list[Scored]:
     """Drop every scored member of a group in which an episode failed: it ended in ``FAILURES``
     (agents.trajectory: a rollout error, a timeout, a dead sandbox, no grading verdict) or was
     not scored at all (e.g. its reward function raised); counted in ``failure_masked``."""
@@ -196,8 +230,12 @@ def mask_failed_groups(trajs: Sequence[Trajectory], groups: Sequence[int], score
 def check_episode_errors(counters: Counters, max_share: float, where: str) -> None:
     """Raise :class:`EpisodesFailed` (with the first error) when every episode failed or more
     than ``max_share`` of them did; only the filters drop episodes on purpose."""
-    failed = (counters.rollout_errors + counters.env_failures + counters.not_token_exact
-              + counters.reward_errors)
+    failed = (
+        counters.rollout_errors
+        + counters.env_failures
+        + counters.not_token_exact
+        + counters.reward_errors
+    )
     if not failed or (failed < counters.episodes and failed <= max_share * counters.episodes):
         return
     first = counters.errors[0] if counters.errors else "(no message)"
@@ -205,11 +243,13 @@ def check_episode_errors(counters: Counters, max_share: float, where: str) -> No
         f"{where}: {failed} of {counters.episodes} episodes failed ({counters.rollout_errors} "
         f"rollout errors, {counters.env_failures} sandbox/grading failures, "
         f"{counters.not_token_exact} not token-exact, {counters.reward_errors} "
-        f"reward errors; max_error_share={max_share}); first error: {first}")
+        f"reward errors; max_error_share={max_share}); first error: {first}"
+    )
 
 
-def assign_advantages(scored: list[Scored], estimator: str = "grpo",
-                      normalize_std: bool = True) -> None:
+def assign_advantages(
+    scored: list[Scored], estimator: str = "grpo", normalize_std: bool = True
+) -> None:
     """Group advantages (``estimator``: grpo, docs/methods.md#grpo, or rloo,
     docs/methods.md#rloo) written into each ``Scored``."""
     if not scored:
@@ -231,23 +271,35 @@ def apply_filter(name: str, scored: list[Scored]) -> list[Scored]:
     elif name == "nonconstant_group":
         keep = core.keep_nonconstant_groups(
             torch.tensor([s.reward for s in scored], dtype=torch.float64),
-            torch.tensor([s.group for s in scored]))
+            torch.tensor([s.group for s in scored]),
+        )
     else:
         raise unknown_choice("filter", name, FILTERS)
     return [s for s, k in zip(scored, keep.tolist(), strict=True) if k]
 
 
-def score_groups(trajs: Sequence[Trajectory], groups: Sequence[int], spec: ScoringSpec,
-                 reward_fn: Callable[[Trajectory], float] | None, counters: Counters,
-                 where: str) -> tuple[list[Scored], list[Scored]]:
+def score_groups(
+    trajs: Sequence[Trajectory],
+    groups: Sequence[int],
+    spec: ScoringSpec,
+    reward_fn: Callable[[Trajectory], float] | None,
+    counters: Counters,
+    where: str,
+) -> tuple[list[Scored], list[Scored]]:
     """One round of rolled-out groups, scored: rewards, the loud-failure check (raises
     :class:`EpisodesFailed`), failure masking, advantages (each group against its own members
     only), then the filter. Returns ``(every scored episode, the filter's survivors)``."""
-    scored = score_trajectories(trajs, groups, reward_fn, counters,
-                                length_penalty=spec.length_penalty,
-                                length_threshold=spec.length_threshold, max_turns=spec.max_turns,
-                                overlong_buffer=spec.overlong_buffer,
-                                max_context_tokens=spec.max_context_tokens)
+    scored = score_trajectories(
+        trajs,
+        groups,
+        reward_fn,
+        counters,
+        length_penalty=spec.length_penalty,
+        length_threshold=spec.length_threshold,
+        max_turns=spec.max_turns,
+        overlong_buffer=spec.overlong_buffer,
+        max_context_tokens=spec.max_context_tokens,
+    )
     check_episode_errors(counters, spec.max_error_share, where)
     if spec.mask_failed_groups:
         scored = mask_failed_groups(trajs, groups, scored, counters)
@@ -257,8 +309,14 @@ def score_groups(trajs: Sequence[Trajectory], groups: Sequence[int], spec: Scori
     return scored, survivors
 
 
-def to_sample(traj: Trajectory, advantage: float, max_tokens: int, mask_invalid: bool,
-              counters: Counters, sample_id: str) -> Sample | None:
+def to_sample(
+    traj: Trajectory,
+    advantage: float,
+    max_tokens: int,
+    mask_invalid: bool,
+    counters: Counters,
+    sample_id: str,
+) -> Sample | None:
     """The learner's view of a trajectory; truncated to ``max_tokens`` (counted)."""
     ids, mask, lps = traj.to_sample_arrays(mask_invalid=mask_invalid)
     if len(ids) > max_tokens:
@@ -267,9 +325,13 @@ def to_sample(traj: Trajectory, advantage: float, max_tokens: int, mask_invalid:
     if len(ids) < 2 or sum(mask) == 0:
         counters.empty += 1
         return None
-    return Sample(input_ids=ids, loss_mask=mask,
-                  old_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
-                  advantage=advantage, sample_id=sample_id)
+    return Sample(
+        input_ids=ids,
+        loss_mask=mask,
+        old_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
+        advantage=advantage,
+        sample_id=sample_id,
+    )
 
 
 def segments(traj: Trajectory) -> list[Trajectory]:
@@ -283,8 +345,14 @@ def segments(traj: Trajectory) -> list[Trajectory]:
     return split_segments(traj)
 
 
-def episode_samples(traj: Trajectory, advantage: float, max_tokens: int, mask_invalid: bool,
-                    counters: Counters, sample_id: str) -> list[Sample]:
+def episode_samples(
+    traj: Trajectory,
+    advantage: float,
+    max_tokens: int,
+    mask_invalid: bool,
+    counters: Counters,
+    sample_id: str,
+) -> list[Sample]:
     """Every segment of the episode as a sample with the episode's advantage (the rule of
     verl's agent loop and rLLM: the reward is the episode's, its credit shared by each
     sequence it was sampled in). Token-mean losses weigh each token once, as one sequence
@@ -300,8 +368,14 @@ def episode_samples(traj: Trajectory, advantage: float, max_tokens: int, mask_in
     return out
 
 
-def to_samples(kept: Sequence[Scored], counters: Counters, *, max_tokens: int,
-               mask_invalid: bool, overlong_filter: bool) -> list[Sample]:
+def to_samples(
+    kept: Sequence[Scored],
+    counters: Counters,
+    *,
+    max_tokens: int,
+    mask_invalid: bool,
+    overlong_filter: bool,
+) -> list[Sample]:
     """The learner's samples of the kept episodes (overlong ones dropped when
     ``overlong_filter``, counted), each segment of an episode its own sample; ids
     ``task/index``."""
@@ -310,6 +384,7 @@ def to_samples(kept: Sequence[Scored], counters: Counters, *, max_tokens: int,
         if overlong_filter and is_overlong(s.traj):
             counters.overlong_dropped += 1
             continue
-        samples += episode_samples(s.traj, s.advantage, max_tokens, mask_invalid, counters,
-                                   f"{s.traj.task_id}/{i}")
+        samples += episode_samples(
+            s.traj, s.advantage, max_tokens, mask_invalid, counters, f"{s.traj.task_id}/{i}"
+        )
     return samples

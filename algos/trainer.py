@@ -114,9 +114,20 @@ from algos.scoring import (
 from algos.validation import Validator, metrics_of
 
 # What users import from here (the loop's public names live in the role modules)
-__all__ = ["DynamicSamplingExhausted", "EpisodesFailed", "Policy", "RayRollouts", "TaskSampler",
-           "Trainer", "build_policy", "learner_config_from", "load_policy_model", "read_metrics",
-           "run_cli", "validate_rl_config"]
+__all__ = [
+    "DynamicSamplingExhausted",
+    "EpisodesFailed",
+    "Policy",
+    "RayRollouts",
+    "TaskSampler",
+    "Trainer",
+    "build_policy",
+    "learner_config_from",
+    "load_policy_model",
+    "read_metrics",
+    "run_cli",
+    "validate_rl_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +143,14 @@ class DynamicSamplingExhausted(RuntimeError):
     """Fewer than ``batch_size`` samples survived the filter after every refill round."""
 
 
-def default_learner_factory(model: torch.nn.Module, config: LearnerConfig, *,
-                            ref_model: torch.nn.Module | None, tokenizer: Any,
-                            cp: int = 1) -> Learner:
+def default_learner_factory(
+    model: torch.nn.Module,
+    config: LearnerConfig,
+    *,
+    ref_model: torch.nn.Module | None,
+    tokenizer: Any,
+    cp: int = 1,
+) -> Learner:
     """A plain Learner in one process; an FSDP2 (+ CP) DistributedLearner under torchrun."""
     from algos.distributed.learner import make_learner
 
@@ -149,9 +165,15 @@ class Trainer:
     the config would build (tests, distributed set-ups).
     """
 
-    def __init__(self, cfg: Any, algo: str, *, policy: Policy | None = None,
-                 learner_factory: LearnerFactory | None = None,
-                 reward_fn: Callable[[Trajectory], float] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        algo: str,
+        *,
+        policy: Policy | None = None,
+        learner_factory: LearnerFactory | None = None,
+        reward_fn: Callable[[Trajectory], float] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.algo = algo
         self.dist: DistContext = setup_distributed(cp=cfg.cp)
@@ -168,23 +190,27 @@ class Trainer:
         if cfg.solve_rates:
             pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
         self.sampler = TaskSampler(pool, cfg.seed)
-        self.policy = policy if policy is not None else build_rank_policy(
-            cfg, self.run_dir, self.dist)
+        self.policy = (
+            policy if policy is not None else build_rank_policy(cfg, self.run_dir, self.dist)
+        )
         self.max_staleness = int(getattr(cfg, "max_staleness", 0))
         check_async(self.max_staleness, self.dist, self.policy)
         if self.dist.is_main:  # may start a sandbox; only rank 0 rolls out
-            self.prompt_tokens = check_prompt_fits(self.rollout_spec, self.policy.tokenizer,
-                                                   pool[0], cfg.seed)
+            self.prompt_tokens = check_prompt_fits(
+                self.rollout_spec, self.policy.tokenizer, pool[0], cfg.seed
+            )
         lcfg = cfg.learner_config()
         ref = None
         if lcfg.kl_coef > 0:
             ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
         if learner_factory is None:
             learner_factory = partial(default_learner_factory, cp=cfg.cp)
-        self.learner: PolicyLearner = learner_factory(self.policy.model, lcfg, ref_model=ref,
-                                       tokenizer=self.policy.tokenizer)
-        self.old_logprobs_mode = resolve_old_logprobs(cfg, self.policy.on_policy,
-                                                       self.policy.shares_weights)
+        self.learner: PolicyLearner = learner_factory(
+            self.policy.model, lcfg, ref_model=ref, tokenizer=self.policy.tokenizer
+        )
+        self.old_logprobs_mode = resolve_old_logprobs(
+            cfg, self.policy.on_policy, self.policy.shares_weights
+        )
         # a step needs a full batch after filtering; without a filter any survivor will do
         self.needed = cfg.batch_size if cfg.filter != "none" else 1
         self.plan = CollectPlan.from_config(cfg, self.needed)
@@ -198,16 +224,28 @@ class Trainer:
         self.push_s = 0.0
         if cfg.resume:
             self._resume()
-        self.validator = (Validator(list(cfg.val_tasks or pool), cfg.val_runs, cfg.seed,
-                                    self.run_dir,
-                                    upto=self.iteration if cfg.resume else -1)
-                          if cfg.val_runs and self.dist.is_main else None)
+        self.validator = (
+            Validator(
+                list(cfg.val_tasks or pool),
+                cfg.val_runs,
+                cfg.seed,
+                self.run_dir,
+                upto=self.iteration if cfg.resume else -1,
+            )
+            if cfg.val_runs and self.dist.is_main
+            else None
+        )
         self.collector: AsyncCollector | None = None
         self.staleness = Staleness()
         if self.max_staleness and self.dist.is_main:
-            self.collector = AsyncCollector(self.plan, self.rollout_spec, self.sampler,
-                                            self.policy.sampler, self.max_staleness,
-                                            start_round=self.async_round)
+            self.collector = AsyncCollector(
+                self.plan,
+                self.rollout_spec,
+                self.sampler,
+                self.policy.sampler,
+                self.max_staleness,
+                start_round=self.async_round,
+            )
         if self.dist.is_main:
             save_config(cfg, self.run_dir)
 
@@ -233,9 +271,14 @@ class Trainer:
         sampler_state = self.sampler.state_dict()
         if self.collector is not None:  # rounds made ahead are not saved: resume redoes them
             self.async_round, sampler_state = self.collector.position
-        extra = {"iteration": self.iteration, "sampler": sampler_state,
-                 "solve_counts": self.solve_counts, "skipped_iterations": self.skipped_iterations,
-                 "algo": self.algo, "async_round": self.async_round}
+        extra = {
+            "iteration": self.iteration,
+            "sampler": sampler_state,
+            "solve_counts": self.solve_counts,
+            "skipped_iterations": self.skipped_iterations,
+            "algo": self.algo,
+            "async_round": self.async_round,
+        }
         if hasattr(self.learner, "ctx"):  # DistributedLearner: sharded DCP, every rank writes
             save_sharded(self.learner, self.checkpoint_dir, self.dist, extra)
         else:
@@ -255,16 +298,27 @@ class Trainer:
         self.async_round = int(extra.get("async_round", 0))
         self.push_weights()
         if self.dist.is_main:
-            print(f"resumed {self.run_dir} at iteration {self.iteration} "
-                  f"(optimizer step {self.learner.step})", file=sys.stderr)
+            print(
+                f"resumed {self.run_dir} at iteration {self.iteration} "
+                f"(optimizer step {self.learner.step})",
+                file=sys.stderr,
+            )
 
     def _boundary(self) -> Boundary:
         """What an iteration changes besides the weights, as it was before the iteration."""
         if self.collector is not None:  # the producer owns the sampler: its taken position
-            return (self.iteration, self.collector.position, copy.deepcopy(self.solve_counts),
-                    self.skipped_iterations)
-        return (self.iteration, self.sampler.state_dict(), copy.deepcopy(self.solve_counts),
-                self.skipped_iterations)
+            return (
+                self.iteration,
+                self.collector.position,
+                copy.deepcopy(self.solve_counts),
+                self.skipped_iterations,
+            )
+        return (
+            self.iteration,
+            self.sampler.state_dict(),
+            copy.deepcopy(self.solve_counts),
+            self.skipped_iterations,
+        )
 
     def _rewind(self, boundary: Boundary) -> None:
         """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
@@ -280,52 +334,80 @@ class Trainer:
             self.solve_counts, self.skipped_iterations = solve_counts, skipped
 
     # ------------------------------------------------------------------ one iteration
-    def collect_groups(self, counters: Counters, tick: Callable[[Trajectory], None] | None = None
-                       ) -> Collected:
+    def collect_groups(
+        self, counters: Counters, tick: Callable[[Trajectory], None] | None = None
+    ) -> Collected:
         """Steps 1-5 for the current iteration: roll out, score, filter, refill (rank 0)."""
         if self.collector is not None:  # rounds rolled out ahead; stale groups dropped
             got, self.staleness = self.collector.collect(
-                self.scoring, self.reward_fn, counters, iteration=self.iteration,
+                self.scoring,
+                self.reward_fn,
+                counters,
+                iteration=self.iteration,
                 learner_version=self.learner.step,
-                solve_counts=self.solve_counts, tick=tick)
+                solve_counts=self.solve_counts,
+                tick=tick,
+            )
             return got
         self.policy.model.eval()
-        return collect(self.plan, self.scoring, self.rollout_spec, self.sampler,
-                       self.policy.sampler, self.reward_fn, counters, iteration=self.iteration,
-                       solve_counts=self.solve_counts, tick=tick)
+        return collect(
+            self.plan,
+            self.scoring,
+            self.rollout_spec,
+            self.sampler,
+            self.policy.sampler,
+            self.reward_fn,
+            counters,
+            iteration=self.iteration,
+            solve_counts=self.solve_counts,
+            tick=tick,
+        )
 
-    def _make_samples(self, counters: Counters, tick: Callable[[Trajectory], None]
-                      ) -> tuple[list[Sample], Collected]:
+    def _make_samples(
+        self, counters: Counters, tick: Callable[[Trajectory], None]
+    ) -> tuple[list[Sample], Collected]:
         """Steps 1-6 (rank 0 only under torchrun): the learner's samples and the groups."""
         cfg = self.cfg
         got = self.collect_groups(counters, tick)
         if len(got.kept) < self.needed:
-            msg = (f"iteration {self.iteration + 1}: only {len(got.kept)} of batch_size="
-                   f"{self.needed} samples survived filter={cfg.filter!r} after {got.rounds} "
-                   f"refill round(s) ({counters.episodes} episodes; {counters.filtered} filtered, "
-                   f"{counters.rollout_errors} rollout errors, {counters.reward_errors} reward "
-                   "errors)")
+            msg = (
+                f"iteration {self.iteration + 1}: only {len(got.kept)} of batch_size="
+                f"{self.needed} samples survived filter={cfg.filter!r} after {got.rounds} "
+                f"refill round(s) ({counters.episodes} episodes; {counters.filtered} filtered, "
+                f"{counters.rollout_errors} rollout errors, {counters.reward_errors} reward "
+                "errors)"
+            )
             if cfg.on_exhausted == "error":
                 raise DynamicSamplingExhausted(
                     msg + "; raise max_refill_rounds or problems_per_iteration, lower batch_size, "
-                    "enable length_penalty so rewards differ, or set on_exhausted=skip")
+                    "enable length_penalty so rewards differ, or set on_exhausted=skip"
+                )
             log.warning("%s; iteration skipped (on_exhausted=skip)", msg)
             self.skipped_iterations += 1
             got.kept = []
-        samples = to_samples(got.kept, counters, max_tokens=cfg.max_context_tokens,
-                             mask_invalid=cfg.mask_invalid, overlong_filter=cfg.overlong_filter)
+        samples = to_samples(
+            got.kept,
+            counters,
+            max_tokens=cfg.max_context_tokens,
+            mask_invalid=cfg.mask_invalid,
+            overlong_filter=cfg.overlong_filter,
+        )
         return samples, got
 
-    def train_on(self, samples: list[Sample], guard: InterruptGuard
-                 ) -> list[dict[str, float]]:
+    def train_on(self, samples: list[Sample], guard: InterruptGuard) -> list[dict[str, float]]:
         """Step 7: the samples (the same full list on every rank) shuffled and split into
         mini-batches, one optimiser step each; returns each step's metrics."""
         cfg = self.cfg
         if samples and self.old_logprobs_mode == "recompute":
             lps = self.learner.compute_logprobs(samples, loss_only=True)
-            samples = [dataclasses.replace(x, old_logprobs=[v * m for v, m in zip(
-                lp, x.loss_mask, strict=True)], sampler_logprobs=x.old_logprobs)
-                for x, lp in zip(samples, lps, strict=True)]
+            samples = [
+                dataclasses.replace(
+                    x,
+                    old_logprobs=[v * m for v, m in zip(lp, x.loss_mask, strict=True)],
+                    sampler_logprobs=x.old_logprobs,
+                )
+                for x, lp in zip(samples, lps, strict=True)
+            ]
         step_metrics: list[dict[str, float]] = []
         if samples:
             order = list(range(len(samples)))
@@ -343,11 +425,15 @@ class Trainer:
         if self.old_logprobs_mode == "sampler":
             # the sampler/learner mismatch compares equal weights only at the first step (the
             # later steps' weights have moved on from the ones that sampled)
-            step_metrics[1:] = [{k: v for k, v in m.items() if not k.startswith("mismatch_")}
-                                for m in step_metrics[1:]]
+            step_metrics[1:] = [
+                {k: v for k, v in m.items() if not k.startswith("mismatch_")}
+                for m in step_metrics[1:]
+            ]
         return step_metrics
 
-    def iteration_step(self, guard: InterruptGuard, tick: Callable[[Trajectory], None]) -> dict[str, Any]:
+    def iteration_step(
+        self, guard: InterruptGuard, tick: Callable[[Trajectory], None]
+    ) -> dict[str, Any]:
         """One iteration; returns its metrics row (an empty dict on ranks other than 0)."""
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -359,9 +445,15 @@ class Trainer:
             try:
                 samples, got = self._make_samples(counters, tick)
                 if getattr(cfg, "save_episodes", 0) != 0:
-                    save_iteration_episodes(self.run_dir, self.iteration + 1, got.episodes,
-                                            version, cfg.save_episodes,
-                                            cfg.save_episodes_sampling, cfg.seed)
+                    save_iteration_episodes(
+                        self.run_dir,
+                        self.iteration + 1,
+                        got.episodes,
+                        version,
+                        cfg.save_episodes,
+                        cfg.save_episodes_sampling,
+                        cfg.seed,
+                    )
                 got.episodes = []
             except Exception as e:  # the other ranks wait for the samples: tell them
                 if not self.dist.distributed:
@@ -381,12 +473,22 @@ class Trainer:
             return {}
         self.totals.add(counters)
         row = iteration_row(
-            self.iteration + 1, counters, rounds=got.rounds, rewards=got.rewards,
-            advantages=[s.advantage for s in got.kept], n_samples=len(samples),
-            step_metrics=step_metrics, learner=self.learner,
-            skipped_iterations=self.skipped_iterations, times={
-                "time_rollout_s": t_rollout, "time_train_s": t_train, "time_push_s": t_push,
-                "time_s": time.perf_counter() - t0})
+            self.iteration + 1,
+            counters,
+            rounds=got.rounds,
+            rewards=got.rewards,
+            advantages=[s.advantage for s in got.kept],
+            n_samples=len(samples),
+            step_metrics=step_metrics,
+            learner=self.learner,
+            skipped_iterations=self.skipped_iterations,
+            times={
+                "time_rollout_s": t_rollout,
+                "time_train_s": t_train,
+                "time_push_s": t_push,
+                "time_s": time.perf_counter() - t0,
+            },
+        )
         if self.max_staleness:
             row.update(self.staleness.row())
         return row
@@ -397,7 +499,9 @@ class Trainer:
         self.policy.model.eval()
         row = self.validator.validate(
             lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.sampler, ids, n, seed),
-            self.iteration, self.learner.step)
+            self.iteration,
+            self.learner.step,
+        )
         return metrics_of(row)
 
     # ------------------------------------------------------------------ the run
@@ -405,8 +509,17 @@ class Trainer:
         """All iterations; returns the metric rows. Raises KeyboardInterrupt after saving."""
         cfg = self.cfg
         main = self.dist.is_main  # under torchrun rank 0 alone logs
-        logger = MetricsLogger(self.run_dir, cfg.log, to_dict(cfg), cfg.wandb_project,
-                               resume_from=self.iteration if cfg.resume else None) if main else None
+        logger = (
+            MetricsLogger(
+                self.run_dir,
+                cfg.log,
+                to_dict(cfg),
+                cfg.wandb_project,
+                resume_from=self.iteration if cfg.resume else None,
+            )
+            if main
+            else None
+        )
         bar = ProgressBar(cfg.progress and main, cfg.iterations, self.iteration, self.algo)
         boundary = self._boundary()
         try:
@@ -426,7 +539,8 @@ class Trainer:
                         row = self.iteration_step(guard, tick)
                         self.iteration += 1
                         if self.validator is not None and self.validator.due(
-                                self.iteration, cfg.iterations, cfg.val_every):
+                            self.iteration, cfg.iterations, cfg.val_every
+                        ):
                             row.update(self.validate())
                         if logger is not None:
                             row.update(stats.summary())
@@ -441,9 +555,14 @@ class Trainer:
                     if self.collector is not None:
                         self.collector.close()
                     self._rewind(boundary)
-                    save_interrupted(self.save, f"iteration {self.iteration} (optimizer step "
-                                     f"{self.learner.step})", self.algo,
-                                     self.run_dir, self.checkpoint_dir, rank=self.dist.rank)
+                    save_interrupted(
+                        self.save,
+                        f"iteration {self.iteration} (optimizer step {self.learner.step})",
+                        self.algo,
+                        self.run_dir,
+                        self.checkpoint_dir,
+                        rank=self.dist.rank,
+                    )
                     raise
         finally:
             if self.collector is not None:  # no producer thread outlives run()
@@ -484,6 +603,8 @@ def run_cli(cfg: Any, algo: str, **kwargs: Any) -> int:
     print(format_table(rows, columns))
     if trainer.validator is not None and (line := trainer.validator.summary()):
         print(line)
-    print(f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
-          f"plot: python -m algos.plot {trainer.run_dir}")
+    print(
+        f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
+        f"plot: python -m algos.plot {trainer.run_dir}"
+    )
     return 0

@@ -119,8 +119,9 @@ class TreeMicroBatch(MicroBatch):
     plain_tokens: int = 0
 
     def to(self, device: torch.device | str) -> TreeMicroBatch:
-        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v)
-                                 for k, v in vars(self).items()}
+        moved: dict[str, Any] = {
+            k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()
+        }
         return TreeMicroBatch(**moved)
 
     def attention_mask(self, attn_implementation: str | None, dtype: torch.dtype) -> Tensor:
@@ -140,8 +141,9 @@ class TreeMicroBatch(MicroBatch):
         return {"tree_layout": TreeLayout(self.pieces, self.input_ids.shape[1], kernel)}
 
 
-def dense_tree_mask(pieces: Sequence[tuple[int, int, int, int]], length: int,
-                    device: torch.device | str = "cpu") -> Tensor:
+def dense_tree_mask(
+    pieces: Sequence[tuple[int, int, int, int]], length: int, device: torch.device | str = "cpu"
+) -> Tensor:
     """``[L, L]`` bool: who attends to whom in a tree row (O(L^2): tests, short rows)."""
     allowed = torch.zeros(length, length, dtype=torch.bool, device=device)
     for s, e, ps, pe in pieces:
@@ -185,22 +187,28 @@ def _build_trees(samples: Sequence[Sample], units: list[Tree]) -> TreeMicroBatch
     width = max(len(x) for x in chosen)
     gather = torch.zeros(len(order), width, dtype=torch.long)
     for k, i in enumerate(order):
-        gather[k, :len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
+        gather[k, : len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
     t = _sample_tensors(chosen, width)
     return TreeMicroBatch(
         input_ids=torch.tensor([ids], dtype=torch.long),
         position_ids=torch.tensor([pos], dtype=torch.long),
-        segment_ids=torch.tensor([seg], dtype=torch.long), gather_index=gather,
-        loss_mask=t["loss_mask"], old_logprobs=t["old_logprobs"], advantages=t["advantages"],
-        ref_logprobs=t.get("ref_logprobs"), sample_indices=order,
+        segment_ids=torch.tensor([seg], dtype=torch.long),
+        gather_index=gather,
+        loss_mask=t["loss_mask"],
+        old_logprobs=t["old_logprobs"],
+        advantages=t["advantages"],
+        ref_logprobs=t.get("ref_logprobs"),
+        sample_indices=order,
         sampler_logprobs=t.get("sampler_logprobs"),
-        parent_index=torch.tensor([parent], dtype=torch.long), pieces=pieces,
+        parent_index=torch.tensor([parent], dtype=torch.long),
+        pieces=pieces,
         plain_tokens=sum(len(x) for x in chosen),
     )
 
 
-def pack_trees(samples: Sequence[Sample], micro_batch_tokens: int,
-               min_prefix: int = DEFAULT_MIN_PREFIX) -> list[MicroBatch]:
+def pack_trees(
+    samples: Sequence[Sample], micro_batch_tokens: int, min_prefix: int = DEFAULT_MIN_PREFIX
+) -> list[MicroBatch]:
     """Micro-batches of at most ``micro_batch_tokens`` row tokens with shared prefixes computed
     once (first-fit decreasing over units, as :func:`algos.data.pack_samples` over samples).
 
@@ -210,8 +218,9 @@ def pack_trees(samples: Sequence[Sample], micro_batch_tokens: int,
     """
     if micro_batch_tokens < 1:
         raise ValueError(f"micro_batch_tokens must be >= 1; got {micro_batch_tokens}")
-    units = [u for t in find_trees(samples, min_prefix)
-             for u in _split(t, samples, micro_batch_tokens)]
+    units = [
+        u for t in find_trees(samples, min_prefix) for u in _split(t, samples, micro_batch_tokens)
+    ]
     if all(len(u.members) == 1 for u in units):
         return pack_samples(samples, micro_batch_tokens)
     units.sort(key=lambda u: (-u.cost(samples), min(u.members)))
@@ -235,8 +244,11 @@ def tree_ready(*models: nn.Module | None) -> bool:
     tree layout); other implementations get plain packing."""
     from algos.attention import ATTN_NAME
 
-    impls = [getattr(getattr(m, "config", None), "_attn_implementation", None)
-             for m in models if m is not None]
+    impls = [
+        getattr(getattr(m, "config", None), "_attn_implementation", None)
+        for m in models
+        if m is not None
+    ]
     return bool(impls) and all(i == ATTN_NAME for i in impls)
 
 
@@ -259,18 +271,33 @@ def tree_token_logprobs(
     :func:`algos.logprobs.model_token_logprobs`): ``out[0, j] = log p(x_j | h[parent_j])``,
     0 at roots (and, with ``positions``, everywhere else but there: the head runs on those
     only). ``model_kwargs`` must carry the ``tree_layout``."""
-    ctx = (torch.autocast(input_ids.device.type, dtype=autocast_dtype)
-           if autocast_dtype is not None else contextlib.nullcontext())
+    ctx = (
+        torch.autocast(input_ids.device.type, dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
+    )
     with ctx:
-        h = hidden_states(model, input_ids, attention_mask=attention_mask,
-                          position_ids=position_ids, **model_kwargs)
+        h = hidden_states(
+            model,
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            **model_kwargs,
+        )
     assert mb.parent_index is not None  # pack_trees sets it on every tree row
     parent = mb.parent_index[0]
     child = (parent >= 0).nonzero().squeeze(1) if positions is None else positions
     weight, bias = lm_head(model)
-    out = token_logprobs(h[0].index_select(0, parent[child]), weight, input_ids[0, child],
-                         bias=bias, temperature=temperature, chunk_size=chunk_size,
-                         return_entropy=return_entropy, compute_dtype=head_dtype)
+    out = token_logprobs(
+        h[0].index_select(0, parent[child]),
+        weight,
+        input_ids[0, child],
+        bias=bias,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        return_entropy=return_entropy,
+        compute_dtype=head_dtype,
+    )
     length = input_ids.shape[1]
 
     def row(values: Tensor) -> Tensor:

@@ -46,16 +46,24 @@ def _sdpa(q, k, v, mask, dropout: float, scaling: float | None) -> torch.Tensor:
     go to the kernel as they are (``enable_gqa``): repeating the K/V heads would copy every
     continuation's prefix keys H/Hkv times and keep the copies for backward."""
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=mask is None,
-        enable_gqa=q.shape[1] != k.shape[1])
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=dropout,
+        scale=scaling,
+        is_causal=mask is None,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
     return out.transpose(1, 2)
 
 
 class TreeLayout:
     """Host-side piece table of one tree row plus per-device caches (masks, block masks)."""
 
-    def __init__(self, pieces: list[tuple[int, int, int, int]], length: int,
-                 kernel: str | None = None) -> None:
+    def __init__(
+        self, pieces: list[tuple[int, int, int, int]], length: int, kernel: str | None = None
+    ) -> None:
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"tree kernel must be one of {KERNELS}; got {kernel!r}")
         # pieces tile the row in order; a continuation's prefix is one whole earlier piece
@@ -73,13 +81,20 @@ class TreeLayout:
 
     # ------------------------------------------------------------------ kernels
 
-    def attend(self, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
-               value: torch.Tensor, dropout: float = 0.0, scaling: float | None = None
-               ) -> tuple[torch.Tensor, None]:
+    def attend(
+        self,
+        module: nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+    ) -> tuple[torch.Tensor, None]:
         """query ``[1, H, L, D]``, key/value ``[1, Hkv, L, D]`` -> ``[1, L, H, D]``."""
         if query.shape[0] != 1 or query.shape[2] != self.length:
-            raise ValueError(f"tree attention needs one row of {self.length} tokens; got "
-                             f"{tuple(query.shape)}")
+            raise ValueError(
+                f"tree attention needs one row of {self.length} tokens; got {tuple(query.shape)}"
+            )
         kernel = self.kernel or pick_kernel(query)
         if kernel == "flex":
             return self._flex(query, key, value, scaling), None
@@ -87,8 +102,9 @@ class TreeLayout:
 
         if kernel == "dense":
             mask = self._dense_mask(query.device)
-            return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout,
-                                          scaling=scaling, is_causal=False)
+            return sdpa_attention_forward(
+                module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=False
+            )
         # split, not slicing: a slice's backward writes a zero-filled full-row gradient per
         # piece (O(pieces * L) per layer); split's backward is one concatenation
         sizes = [e - s for s, e, _, _ in self.pieces]
@@ -131,8 +147,9 @@ class TreeLayout:
             for n, (s, e, _, _) in enumerate(self.pieces):
                 piece_of[s:e] = n
                 starts[s] = n
-            prefix_of = torch.tensor([starts[ps] if pe > ps else -1
-                                      for _, _, ps, pe in self.pieces], dtype=torch.int32)
+            prefix_of = torch.tensor(
+                [starts[ps] if pe > ps else -1 for _, _, ps, pe in self.pieces], dtype=torch.int32
+            )
             self._cache[key] = (piece_of.to(device), prefix_of.to(device))
         return self._cache[key]
 
@@ -142,8 +159,9 @@ class TreeLayout:
         if key not in self._cache:
             from torch.nn.attention.flex_attention import create_block_mask
 
-            self._cache[key] = create_block_mask(self.mask_mod(device), None, None,
-                                                 self.length, self.length, device=device)
+            self._cache[key] = create_block_mask(
+                self.mask_mod(device), None, None, self.length, self.length, device=device
+            )
         return self._cache[key]
 
     def mask_mod(self, device: torch.device):
@@ -166,6 +184,12 @@ class TreeLayout:
                 _compiled_flex = torch.compile(flex_attention, dynamic=True)
             fn = _compiled_flex
         gqa = query.shape[1] != key.shape[1]
-        out = fn(query, key, value, block_mask=self.block_mask(query.device), scale=scaling,
-                 enable_gqa=gqa)
+        out = fn(
+            query,
+            key,
+            value,
+            block_mask=self.block_mask(query.device),
+            scale=scaling,
+            enable_gqa=gqa,
+        )
         return out.transpose(1, 2).contiguous()

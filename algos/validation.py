@@ -80,15 +80,20 @@ class Validator:
             raise ValueError("validation needs at least one task; the task pool is empty")
         path = self.run_dir / VAL_FILE
         if path.is_file():  # a resumed run compares with its own first validation
-            rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()
-                    if x.strip()]
+            rows = [
+                json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()
+            ]
             self.rows = [r for r in rows if r["iteration"] <= self.upto]
             path.write_text("".join(json.dumps(r) + "\n" for r in self.rows), encoding="utf-8")
             if self.rows:
                 self.baseline = self.rows[0]["per_task"]
 
-    def validate(self, run_episodes: Callable[[list[str], int, int], list[Any]],
-                 iteration: int, policy_version: int) -> dict[str, Any]:
+    def validate(
+        self,
+        run_episodes: Callable[[list[str], int, int], list[Any]],
+        iteration: int,
+        policy_version: int,
+    ) -> dict[str, Any]:
         """One validation; appends its row to ``validation.jsonl`` and returns it."""
         t0 = time.perf_counter()
         trajs = run_episodes(self.task_ids, self.runs, self.seed * 1_000_003 + SEED_OFFSET)
@@ -99,13 +104,22 @@ class Validator:
         pass1, pass1_se = mean_se([rates[t] for t in self.task_ids])
         if self.baseline is None:
             self.baseline = rates
-        gain, gain_se = mean_se([rates[t] - self.baseline.get(t, math.nan)
-                                 for t in self.task_ids])
-        row = {"iteration": iteration, "policy_version": policy_version,
-               "pass1": pass1, "pass1_se": pass1_se, "gain": gain, "gain_se": gain_se,
-               "format_valid": format_valid_rate(trajs), "episodes": len(trajs),
-               "resolved": sum(1 for t in trajs if t.resolved), "tasks": len(self.task_ids),
-               "runs": self.runs, "time_s": time.perf_counter() - t0, "per_task": rates}
+        gain, gain_se = mean_se([rates[t] - self.baseline.get(t, math.nan) for t in self.task_ids])
+        row = {
+            "iteration": iteration,
+            "policy_version": policy_version,
+            "pass1": pass1,
+            "pass1_se": pass1_se,
+            "gain": gain,
+            "gain_se": gain_se,
+            "format_valid": format_valid_rate(trajs),
+            "episodes": len(trajs),
+            "resolved": sum(1 for t in trajs if t.resolved),
+            "tasks": len(self.task_ids),
+            "runs": self.runs,
+            "time_s": time.perf_counter() - t0,
+            "per_task": rates,
+        }
         self.rows.append(row)
         with (self.run_dir / VAL_FILE).open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -121,21 +135,29 @@ class Validator:
         if len(self.rows) < 1:
             return None
         first, last = self.rows[0], self.rows[-1]
-        head = (f"validation pass@1 on {first['tasks']} tasks x {first['runs']} runs: "
-                f"{first['pass1']:.3f} +- {first['pass1_se']:.3f} (iteration {first['iteration']})")
+        head = (
+            f"validation pass@1 on {first['tasks']} tasks x {first['runs']} runs: "
+            f"{first['pass1']:.3f} +- {first['pass1_se']:.3f} (iteration {first['iteration']})"
+        )
         if len(self.rows) == 1:
             return head
-        return (f"{head} -> {last['pass1']:.3f} +- {last['pass1_se']:.3f} (iteration "
-                f"{last['iteration']}); gain {last['gain']:+.3f} +- {last['gain_se']:.3f} "
-                "(paired over tasks)")
+        return (
+            f"{head} -> {last['pass1']:.3f} +- {last['pass1_se']:.3f} (iteration "
+            f"{last['iteration']}); gain {last['gain']:+.3f} +- {last['gain_se']:.3f} "
+            "(paired over tasks)"
+        )
 
 
 def metrics_of(row: dict[str, Any]) -> dict[str, float]:
     """The keys a validation adds to its iteration's metrics row."""
-    return {"val_pass1": row["pass1"], "val_pass1_se": row["pass1_se"], "val_gain": row["gain"],
-            "val_gain_se": row["gain_se"], "val_format_valid": row["format_valid"],
-            "time_val_s": row["time_s"]}
+    return {
+        "val_pass1": row["pass1"],
+        "val_pass1_se": row["pass1_se"],
+        "val_gain": row["gain"],
+        "val_gain_se": row["gain_se"],
+        "val_format_valid": row["format_valid"],
+        "time_val_s": row["time_s"],
+    }
 
 
-__all__ = ["VAL_FILE", "Validator", "format_valid_rate", "mean_se", "metrics_of",
-           "per_task_rates"]
+__all__ = ["VAL_FILE", "Validator", "format_valid_rate", "mean_se", "metrics_of", "per_task_rates"]

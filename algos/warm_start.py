@@ -49,8 +49,10 @@ def recipe_path(name: str) -> Path:
     if Path(name).is_file():
         return Path(name)
     names = sorted(p.stem.removeprefix("warm_start_") for p in PRESET_DIR.glob("warm_start_*.yaml"))
-    raise ConfigError(f"warm_start {name!r}: no recipe algos/presets/warm_start_{name}.yaml and no "
-                      f"such file; bundled: {', '.join(names)}")
+    raise ConfigError(
+        f"warm_start {name!r}: no recipe algos/presets/warm_start_{name}.yaml and no "
+        f"such file; bundled: {', '.join(names)}"
+    )
 
 
 def _tokenizer_folder(policy: str) -> str:
@@ -116,31 +118,51 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
     rl_tasks = root / "rl_tasks.jsonl"
     n_rl = len(_synthesise(recipe["rl"], rl_tasks, repos_dir, seed)) if "rl" in recipe else None
     t_synth = time.perf_counter() - t0
-    env_kwargs = {**recipe.get("env_kwargs", {}), "tasks": str(tasks),
-                  "max_turns": recipe["max_turns"],
-                  "sandbox_options": {"repos_dir": str(repos_dir)}}
+    env_kwargs = {
+        **recipe.get("env_kwargs", {}),
+        "tasks": str(tasks),
+        "max_turns": recipe["max_turns"],
+        "sandbox_options": {"repos_dir": str(repos_dir)},
+    }
     trajs = _oracle_runs(rows, env_kwargs, policy, recipe, repos_dir)
     oracle_file = root / "oracle.jsonl"
     Trajectory.save_jsonl(trajs, oracle_file)
     t_oracle = time.perf_counter() - t0 - t_synth
-    print(f"warm start: the oracle resolved {sum(t.resolved for t in trajs)} of {len(trajs)} "
-          f"tasks; RFT on them", file=sys.stderr)
-    cfg = RFTConfig(**{**recipe.get("rft", {}), "policy": policy, "seed": seed,
-                       "trajectories": [str(oracle_file)], "run_dir": str(root / "rft"),
-                       "progress": False, "save_episodes": 0})
+    print(
+        f"warm start: the oracle resolved {sum(t.resolved for t in trajs)} of {len(trajs)} "
+        f"tasks; RFT on them",
+        file=sys.stderr,
+    )
+    cfg = RFTConfig(
+        **{
+            **recipe.get("rft", {}),
+            "policy": policy,
+            "seed": seed,
+            "trajectories": [str(oracle_file)],
+            "run_dir": str(root / "rft"),
+            "progress": False,
+            "save_episodes": 0,
+        }
+    )
     rft_rows = train_rft(cfg)
     tokens = [t.num_tokens for t in trajs if t.token_exact]
     return {
-        "tasks": str(tasks), "repos_dir": str(repos_dir),
-        "rl_tasks": str(rl_tasks) if n_rl is not None else None, "n_rl_tasks": n_rl,
+        "tasks": str(tasks),
+        "repos_dir": str(repos_dir),
+        "rl_tasks": str(rl_tasks) if n_rl is not None else None,
+        "n_rl_tasks": n_rl,
         "checkpoint": str(root / "rft" / "checkpoint"),
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "tasks"},
-        "n_tasks": len(rows), "oracle_resolved": sum(t.resolved for t in trajs),
+        "n_tasks": len(rows),
+        "oracle_resolved": sum(t.resolved for t in trajs),
         "tokens_per_trajectory": sum(tokens) / len(tokens) if tokens else None,
         "rft_steps": max((r["step"] for r in rft_rows), default=0),
         "format_valid": [[r["epoch"], r["format_valid"]] for r in rft_rows if "format_valid" in r],
-        "wall_s": {"synth": t_synth, "oracle": t_oracle,
-                   "rft": time.perf_counter() - t0 - t_synth - t_oracle},
+        "wall_s": {
+            "synth": t_synth,
+            "oracle": t_oracle,
+            "rft": time.perf_counter() - t0 - t_synth - t_oracle,
+        },
     }
 
 
@@ -154,9 +176,18 @@ def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
     for repo in spec["repos"]:
         part = out.parent / out.stem / f"{repo.split('/')[-1]}.jsonl"
         print(f"warm start: synthesising {spec['tier']} tasks from {repo}", file=sys.stderr)
-        synthesize(SynthConfig(source=repo_path(repo), out=part, repos_dir=repos_dir,
-                               tier=spec["tier"], max_candidates=spec["max_candidates"],
-                               seed=seed, progress=False), log=lambda _: None)
+        synthesize(
+            SynthConfig(
+                source=repo_path(repo),
+                out=part,
+                repos_dir=repos_dir,
+                tier=spec["tier"],
+                max_candidates=spec["max_candidates"],
+                seed=seed,
+                progress=False,
+            ),
+            log=lambda _: None,
+        )
         rows += [x for x in part.read_text(encoding="utf-8").splitlines() if x.strip()]
     rows = rows[: spec.get("max_tasks", len(rows))]
     if not rows:
@@ -165,8 +196,9 @@ def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
     return rows
 
 
-def _oracle_runs(rows: list[str], env_kwargs: dict, policy: str, recipe: dict,
-                 repos_dir: Path) -> list[Any]:
+def _oracle_runs(
+    rows: list[str], env_kwargs: dict, policy: str, recipe: dict, repos_dir: Path
+) -> list[Any]:
     from transformers import AutoTokenizer
 
     from agents.models import OracleModel
@@ -178,10 +210,15 @@ def _oracle_runs(rows: list[str], env_kwargs: dict, policy: str, recipe: dict,
     tok = AutoTokenizer.from_pretrained(_tokenizer_folder(policy))
     model = OracleModel(tasks=tasks, tokenizer=tok, explore=False)
     with _repos_env(repos_dir):
-        return rollout("SWEStarter-v0", model, [t.instance_id for t in tasks], n_per_task=1,
-                       concurrency=2, env_kwargs=env_kwargs,
-                       agent_kwargs={"params": SamplingParams(
-                           max_new_tokens=recipe["max_new_tokens"])})
+        return rollout(
+            "SWEStarter-v0",
+            model,
+            [t.instance_id for t in tasks],
+            n_per_task=1,
+            concurrency=2,
+            env_kwargs=env_kwargs,
+            agent_kwargs={"params": SamplingParams(max_new_tokens=recipe["max_new_tokens"])},
+        )
 
 
 def apply(cfg: Any) -> Any:
@@ -191,16 +228,26 @@ def apply(cfg: Any) -> Any:
     record = ensure(cfg.warm_start, cfg.policy, cfg.seed)
     steps = ", ".join(f"{e}: {v:.2f}" for e, v in record["format_valid"])
     wall = sum(record["wall_s"].values())
-    print(f"warm start {cfg.warm_start!r}: {record['n_tasks']} tasks, the oracle resolved "
-          f"{record['oracle_resolved']}, RFT {record['rft_steps']} steps (format-valid per "
-          f"epoch {steps or '-'}), built in {wall / 60:.1f} min", file=sys.stderr)
+    print(
+        f"warm start {cfg.warm_start!r}: {record['n_tasks']} tasks, the oracle resolved "
+        f"{record['oracle_resolved']}, RFT {record['rft_steps']} steps (format-valid per "
+        f"epoch {steps or '-'}), built in {wall / 60:.1f} min",
+        file=sys.stderr,
+    )
     if record.get("rl_tasks"):
-        print(f"warm start {cfg.warm_start!r}: RL trains on {record['n_rl_tasks']} other tasks "
-              f"({record['rl_tasks']})", file=sys.stderr)
-    env_kwargs = {**record["env_kwargs"], **cfg.env_kwargs,
-                  "tasks": record.get("rl_tasks") or record["tasks"]}
-    return dataclasses.replace(cfg, policy=record["checkpoint"], env_kwargs=env_kwargs,
-                               warm_start=None)
+        print(
+            f"warm start {cfg.warm_start!r}: RL trains on {record['n_rl_tasks']} other tasks "
+            f"({record['rl_tasks']})",
+            file=sys.stderr,
+        )
+    env_kwargs = {
+        **record["env_kwargs"],
+        **cfg.env_kwargs,
+        "tasks": record.get("rl_tasks") or record["tasks"],
+    }
+    return dataclasses.replace(
+        cfg, policy=record["checkpoint"], env_kwargs=env_kwargs, warm_start=None
+    )
 
 
 __all__ = ["apply", "ensure", "recipe_path"]

@@ -37,20 +37,74 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the project's pa
 RESULTS = Path(__file__).parent / "results"
 SLOW_TOY = "SlowToyKeyword-v0"
 TOY = [
-    "--env", SLOW_TOY, "--policy", "tiny-random",
-    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-    "--group-size", "8", "--problems-per-iteration", "4", "--batch-size", "32",
-    "--max-steps-per-iteration", "1", "--lr", "2e-3", "--kl-coef", "0.01",
-    "--concurrency", "32", "--checkpoint-every", "0", "--progress", "false",
-    "--save-episodes", "0", "--off-policy-correction", "tis",
+    "--env",
+    SLOW_TOY,
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "8",
+    "--problems-per-iteration",
+    "4",
+    "--batch-size",
+    "32",
+    "--max-steps-per-iteration",
+    "1",
+    "--lr",
+    "2e-3",
+    "--kl-coef",
+    "0.01",
+    "--concurrency",
+    "32",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
+    "--save-episodes",
+    "0",
+    "--off-policy-correction",
+    "tis",
 ]
 SWE = [
-    "--env", "SWEStarter-v0", "--policy", "smollm2", "--engine", "vllm",
-    "--max-new-tokens", "48", "--max-turns", "2", "--max-context-tokens", "4096",
-    "--group-size", "2", "--problems-per-iteration", "1", "--batch-size", "2",
-    "--max-steps-per-iteration", "1", "--lr", "1e-6", "--concurrency", "2",
-    "--checkpoint-every", "0", "--progress", "false", "--save-episodes", "0",
-    "--off-policy-correction", "tis", "--max-error-share", "1.0",
+    "--env",
+    "SWEStarter-v0",
+    "--policy",
+    "smollm2",
+    "--engine",
+    "vllm",
+    "--max-new-tokens",
+    "48",
+    "--max-turns",
+    "2",
+    "--max-context-tokens",
+    "4096",
+    "--group-size",
+    "2",
+    "--problems-per-iteration",
+    "1",
+    "--batch-size",
+    "2",
+    "--max-steps-per-iteration",
+    "1",
+    "--lr",
+    "1e-6",
+    "--concurrency",
+    "2",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
+    "--save-episodes",
+    "0",
+    "--off-policy-correction",
+    "tis",
+    "--max-error-share",
+    "1.0",
 ]
 
 
@@ -87,11 +141,24 @@ def calibrate_delay(root: Path, seed: int, factor: float = 1.5) -> float:
     from algos.trainer import read_metrics
 
     run_dir = root / "calibrate"
-    grpo.main([*TOY, "--env-kwargs", '{"delay_s": 0}', "--iterations", "2", "--seed", str(seed),
-               "--run-dir", str(run_dir)])
+    grpo.main(
+        [
+            *TOY,
+            "--env-kwargs",
+            '{"delay_s": 0}',
+            "--iterations",
+            "2",
+            "--seed",
+            str(seed),
+            "--run-dir",
+            str(run_dir),
+        ]
+    )
     train_s = read_metrics(run_dir)[-1]["time_train_s"]
-    print(f"  calibration: learner {train_s:.1f} s per iteration -> delay {factor * train_s:.1f} s",
-          flush=True)
+    print(
+        f"  calibration: learner {train_s:.1f} s per iteration -> delay {factor * train_s:.1f} s",
+        flush=True,
+    )
     return factor * train_s
 
 
@@ -110,8 +177,9 @@ def summarise(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "staleness_hist": {str(k): hist[k] for k in sorted(hist)},
         "dropped_stale": int(sum(r.get("dropped_stale", 0) for r in rows)),
         "mismatch_kl": statistics.fmean(kls) if kls else float("nan"),
-        "rollout_share": (sum(r["time_rollout_s"] for r in rows)
-                             / max(1e-9, sum(r["time_s"] for r in rows))),
+        "rollout_share": (
+            sum(r["time_rollout_s"] for r in rows) / max(1e-9, sum(r["time_s"] for r in rows))
+        ),
     }
 
 
@@ -133,24 +201,32 @@ def run(name: str, args: list[str], ks: list[int], root: Path) -> dict[int, dict
 
 
 def table(results: dict[str, dict[int, dict[str, Any]]]) -> str:
-    head = (f"{'bench':<6} {'K':>2} {'steps':>5} {'wall_s':>8} {'speedup':>8} {'reward':>7} "
-            f"{'staleness (versions: groups)':<30} {'dropped':>7} {'mismatch_kl':>11}")
+    head = (
+        f"{'bench':<6} {'K':>2} {'steps':>5} {'wall_s':>8} {'speedup':>8} {'reward':>7} "
+        f"{'staleness (versions: groups)':<30} {'dropped':>7} {'mismatch_kl':>11}"
+    )
     lines = [head, "-" * len(head)]
     for name, by_k in results.items():
         base = by_k[0]["wall_s"]
         for k, r in by_k.items():
             hist = " ".join(f"{v}:{n}" for v, n in r["staleness_hist"].items()) or "-"
-            lines.append(f"{name:<6} {k:>2} {r['steps']:>5} {r['wall_s']:>8.1f} "
-                         f"{base / r['wall_s']:>7.2f}x {r['final_reward']:>7.3f} {hist:<30} "
-                         f"{r['dropped_stale']:>7} {r['mismatch_kl']:>11.2e}")
+            lines.append(
+                f"{name:<6} {k:>2} {r['steps']:>5} {r['wall_s']:>8.1f} "
+                f"{base / r['wall_s']:>7.2f}x {r['final_reward']:>7.3f} {hist:<30} "
+                f"{r['dropped_stale']:>7} {r['mismatch_kl']:>11.2e}"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=12, help="(a): optimiser steps per run")
-    p.add_argument("--delay-s", type=float, default=0.0,
-                   help="(a): mean per-episode delay (0: 1.5 x the learner's time per step)")
+    p.add_argument(
+        "--delay-s",
+        type=float,
+        default=0.0,
+        help="(a): mean per-episode delay (0: 1.5 x the learner's time per step)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--ks", default="0,1,2", help="comma-separated K values (0 first)")
@@ -171,15 +247,25 @@ def main() -> None:
         args.delay_s = round(calibrate_delay(root, args.seed), 2)
     results: dict[str, dict[int, dict[str, Any]]] = {}
     if not args.skip_toy:
-        results["toy"] = run("toy", [*TOY, "--env-kwargs", json.dumps({"delay_s": args.delay_s}),
-                                     "--iterations", str(args.iterations),
-                                     "--seed", str(args.seed)], ks, root)
+        results["toy"] = run(
+            "toy",
+            [
+                *TOY,
+                "--env-kwargs",
+                json.dumps({"delay_s": args.delay_s}),
+                "--iterations",
+                str(args.iterations),
+                "--seed",
+                str(args.seed),
+            ],
+            ks,
+            root,
+        )
         write(args, results)  # (a) is kept even if (b) is interrupted
     if not args.skip_swe:
         # vLLM's CPU attention checks that it runs with the thread count it was built with
         torch.set_num_threads(default_threads)
-        results["swe"] = run("swe", [*SWE, "--iterations", "2", "--seed", str(args.seed)],
-                             ks, root)
+        results["swe"] = run("swe", [*SWE, "--iterations", "2", "--seed", str(args.seed)], ks, root)
         write(args, results)
 
 
@@ -187,9 +273,16 @@ def write(args: argparse.Namespace, results: dict[str, dict[int, dict[str, Any]]
     printed = table(results)
     print(printed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"config": {"toy": TOY, "swe": SWE, **vars(args),
-                                               "out": str(args.out)},
-                                    "table": printed, "results": results}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "config": {"toy": TOY, "swe": SWE, **vars(args), "out": str(args.out)},
+                "table": printed,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

@@ -38,10 +38,16 @@ def _model(layers: int, hidden: int, device: str):
     from algos.distributed.context_parallel import register_cp_attention
 
     register_cp_attention()
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=hidden, intermediate_size=hidden * 3,
-                      num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
-                      num_key_value_heads=max(1, hidden // 128), max_position_embeddings=65536,
-                      attn_implementation="ring_cp")
+    cfg = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 128),
+        max_position_embeddings=65536,
+        attn_implementation="ring_cp",
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).to(device)
 
@@ -65,8 +71,9 @@ def worker(args) -> None:
     )
     from algos.logprobs import token_logprobs
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(1, int(os.environ.get(
-        "WORLD_SIZE", "1")))))
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 2) // max(1, int(os.environ.get("WORLD_SIZE", "1"))))
+    )
     ctx = setup_distributed(cp=args.cp, device=args.device)
     model = shard_model(_model(args.layers, args.hidden, args.device), ctx)
     n_params = sum(p.numel() for p in model.parameters()) * (ctx.world if ctx.distributed else 1)
@@ -107,12 +114,21 @@ def worker(args) -> None:
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    peak = (torch.cuda.max_memory_allocated() - base) if cuda else (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0)
+    peak = (
+        (torch.cuda.max_memory_allocated() - base)
+        if cuda
+        else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0)
+    )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     tokens = t * ctx.dp * args.steps  # global tokens processed
-    row = {"rank": ctx.rank, "peak_step_bytes": peak, "max_rss_bytes": rss, "wall_s": wall,
-           "tokens_per_s": tokens / wall, "params": n_params}
+    row = {
+        "rank": ctx.rank,
+        "peak_step_bytes": peak,
+        "max_rss_bytes": rss,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "params": n_params,
+    }
     import torch.distributed as dist
 
     rows = [row]
@@ -129,9 +145,18 @@ def launch(nproc: int, extra: list[str]) -> list[dict]:
         out = Path(d) / "rows.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         base = [__file__, "--worker", "--out", str(out), *extra]
-        cmd = ([sys.executable, *base] if nproc == 1 else
-               [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={nproc}", *base])
+        cmd = (
+            [sys.executable, *base]
+            if nproc == 1
+            else [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                *base,
+            ]
+        )
         subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
         return json.loads(out.read_text())
 
@@ -149,13 +174,22 @@ def bench_ray(workers_list: list[int], episodes: int) -> list[dict]:
     out = []
     try:
         for n in workers_list:
-            pool = RayRolloutPool(RayRolloutConfig(num_workers=n, worker_concurrency=1,
-                                                   worker_num_cpus=1), OracleModel)
+            pool = RayRolloutPool(
+                RayRolloutConfig(num_workers=n, worker_concurrency=1, worker_num_cpus=1),
+                OracleModel,
+            )
             pool.wait_ready()
             res = pool.run(jobs)
             pool.shutdown()
-            out.append({"workers": n, "episodes": episodes, "wall_s": res.wall_s,
-                        "episodes_per_s": episodes / res.wall_s, "failed": res.failed})
+            out.append(
+                {
+                    "workers": n,
+                    "episodes": episodes,
+                    "wall_s": res.wall_s,
+                    "episodes_per_s": episodes / res.wall_s,
+                    "failed": res.failed,
+                }
+            )
     finally:
         ray.shutdown()
     return out
@@ -175,26 +209,48 @@ def main() -> None:
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--ray-workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--ray-episodes", type=int, default=4)
-    ap.add_argument("--peak-tflops", type=float, default=989.0,
-                    help="GPU peak dense bf16 TFLOP/s for MFU (H100/H200 SXM: 989)")
+    ap.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=989.0,
+        help="GPU peak dense bf16 TFLOP/s for MFU (H100/H200 SXM: 989)",
+    )
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    common = ["--layers", str(args.layers), "--hidden", str(args.hidden), "--steps",
-              str(args.steps), "--device", args.device]
+    common = [
+        "--layers",
+        str(args.layers),
+        "--hidden",
+        str(args.hidden),
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+    ]
     results: dict = {"memory": [], "throughput": [], "rollout": [], "device": args.device}
-    print(f"{'seq_len':>8} {'cp':>3} {'procs':>5} {'peak/rank MiB':>14} {'maxRSS MiB':>11} "
-          f"{'tok/s':>9}")
+    print(
+        f"{'seq_len':>8} {'cp':>3} {'procs':>5} {'peak/rank MiB':>14} {'maxRSS MiB':>11} "
+        f"{'tok/s':>9}"
+    )
     for t in args.seq_lens:
         for cp in (1, 2):
             rows = launch(cp, [*common, "--seq-len", str(t), "--cp", str(cp)])
             peak = max(r["peak_step_bytes"] for r in rows)
             rss = max(r["max_rss_bytes"] for r in rows)
-            results["memory"].append({"seq_len": t, "cp": cp, "peak_step_bytes_per_rank": peak,
-                                      "max_rss_bytes_per_rank": rss,
-                                      "tokens_per_s": rows[0]["tokens_per_s"]})
-            print(f"{t:>8} {cp:>3} {cp:>5} {peak / 2**20:>14.1f} {rss / 2**20:>11.1f} "
-                  f"{rows[0]['tokens_per_s']:>9.0f}")
+            results["memory"].append(
+                {
+                    "seq_len": t,
+                    "cp": cp,
+                    "peak_step_bytes_per_rank": peak,
+                    "max_rss_bytes_per_rank": rss,
+                    "tokens_per_s": rows[0]["tokens_per_s"],
+                }
+            )
+            print(
+                f"{t:>8} {cp:>3} {cp:>5} {peak / 2**20:>14.1f} {rss / 2**20:>11.1f} "
+                f"{rows[0]['tokens_per_s']:>9.0f}"
+            )
     t = args.seq_lens[0]
     one = None
     for scaling in ("weak", "strong"):
@@ -205,24 +261,35 @@ def main() -> None:
             else:
                 r = launch(n, [*common, "--seq-len", str(per_rank), "--cp", "1"])[0]
             one = r if n == 1 else one
-            entry = {"scaling": scaling, "procs": n, "seq_len_per_rank": per_rank,
-                     "global_tokens_per_step": per_rank * n, "tokens_per_s": r["tokens_per_s"]}
+            entry = {
+                "scaling": scaling,
+                "procs": n,
+                "seq_len_per_rank": per_rank,
+                "global_tokens_per_step": per_rank * n,
+                "tokens_per_s": r["tokens_per_s"],
+            }
             if args.device == "cuda":
                 entry["mfu"] = 6 * r["params"] * r["tokens_per_s"] / (args.peak_tflops * 1e12 * n)
             results["throughput"].append(entry)
     base = results["throughput"][0]["tokens_per_s"]
-    print(f"\n{'scaling':>7} {'DP procs':>8} {'tokens/rank':>11} {'tok/s':>9} {'speed-up':>9}" +
-          (f" {'MFU':>6}" if args.device == "cuda" else ""))
+    print(
+        f"\n{'scaling':>7} {'DP procs':>8} {'tokens/rank':>11} {'tok/s':>9} {'speed-up':>9}"
+        + (f" {'MFU':>6}" if args.device == "cuda" else "")
+    )
     for e in results["throughput"]:
         mfu = f" {e['mfu']:>6.1%}" if "mfu" in e else ""
-        print(f"{e['scaling']:>7} {e['procs']:>8} {e['seq_len_per_rank']:>11} "
-              f"{e['tokens_per_s']:>9.0f} {e['tokens_per_s'] / base:>8.2f}x{mfu}")
+        print(
+            f"{e['scaling']:>7} {e['procs']:>8} {e['seq_len_per_rank']:>11} "
+            f"{e['tokens_per_s']:>9.0f} {e['tokens_per_s'] / base:>8.2f}x{mfu}"
+        )
     if not args.skip_ray:
         results["rollout"] = bench_ray(args.ray_workers, args.ray_episodes)
         print(f"\n{'Ray workers':>11} {'episodes':>8} {'wall s':>7} {'ep/s':>6}")
         for e in results["rollout"]:
-            print(f"{e['workers']:>11} {e['episodes']:>8} {e['wall_s']:>7.1f} "
-                  f"{e['episodes_per_s']:>6.2f}")
+            print(
+                f"{e['workers']:>11} {e['episodes']:>8} {e['wall_s']:>7.1f} "
+                f"{e['episodes_per_s']:>6.2f}"
+            )
     out = ROOT / "benchmarks" / "results" / "bench_distributed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -208,8 +208,9 @@ def _run_threads(target, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def mini_swe_agent_turns_trained(episodes: int, max_new_tokens: int, max_turns: int = 4,
-                                 task: str = "starter__tinystats-2") -> dict:
+def mini_swe_agent_turns_trained(
+    episodes: int, max_new_tokens: int, max_turns: int = 4, task: str = "starter__tinystats-2"
+) -> dict:
     """mini-swe-agent + SmolLM2 (sampling) through the gateway: recorded turns, and the turns
     trained with the first segment only (before) and with every segment (now)."""
     from types import SimpleNamespace
@@ -221,11 +222,16 @@ def mini_swe_agent_turns_trained(episodes: int, max_new_tokens: int, max_turns: 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ importable
 
     spec = SimpleNamespace(
-        agent="examples.mini_swe_agent:make_agent", env="SWEStarter-v0",
-        env_kwargs={"max_turns": max_turns, "command_timeout": 30}, concurrency=1,
+        agent="examples.mini_swe_agent:make_agent",
+        env="SWEStarter-v0",
+        env_kwargs={"max_turns": max_turns, "command_timeout": 30},
+        concurrency=1,
         episode_timeout_s=None,
-        agent_kwargs={"params": SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens),
-                      "max_context_tokens": 8192})
+        agent_kwargs={
+            "params": SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens),
+            "max_context_tokens": 8192,
+        },
+    )
     t0 = time.perf_counter()
     trajs = run_agent_rollouts(spec, load_model("smollm2"), [task], episodes, 0)
     recorded = before = after = segs = 0
@@ -236,14 +242,20 @@ def mini_swe_agent_turns_trained(episodes: int, max_new_tokens: int, max_turns: 
         before += len(parts[0].turns) if any(p is parts[0] for p in trained) else 0
         after += sum(len(p.turns) for p in trained)
         segs += len(parts)
-    return {"task": task, "episodes": len(trajs), "max_new_tokens": max_new_tokens,
-            "env_max_turns": max_turns,
-            "finish_reasons": sorted(t.finish_reason for t in trajs),
-            "recorded_turns": recorded, "segments": segs,
-            "turns_trained_before": before, "turns_trained_now": after,
-            "fraction_trained_before": round(before / max(recorded, 1), 3),
-            "fraction_trained_now": round(after / max(recorded, 1), 3),
-            "wall_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "task": task,
+        "episodes": len(trajs),
+        "max_new_tokens": max_new_tokens,
+        "env_max_turns": max_turns,
+        "finish_reasons": sorted(t.finish_reason for t in trajs),
+        "recorded_turns": recorded,
+        "segments": segs,
+        "turns_trained_before": before,
+        "turns_trained_now": after,
+        "fraction_trained_before": round(before / max(recorded, 1), 3),
+        "fraction_trained_now": round(after / max(recorded, 1), 3),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
 
 
 def main() -> None:
@@ -252,8 +264,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--threads", type=int, default=16)
-    parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="EPISODES",
-                        help="measure the turns trained for mini-swe-agent + SmolLM2 instead")
+    parser.add_argument(
+        "--mini-swe-agent",
+        type=int,
+        default=0,
+        metavar="EPISODES",
+        help="measure the turns trained for mini-swe-agent + SmolLM2 instead",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args()
     out = Path(__file__).parent / "results" / "bench_gateway.json"

@@ -56,11 +56,14 @@ def plain_step(model, opt, samples) -> None:
     width = max(len(s.input_ids) for s in samples)
     pad = 0
     ids = torch.tensor([s.input_ids + [pad] * (width - len(s.input_ids)) for s in samples])
-    att = torch.tensor([[1] * len(s.input_ids) + [0] * (width - len(s.input_ids))
-                        for s in samples])
-    labels = torch.tensor([[t if m else -100 for t, m in zip(s.input_ids, s.loss_mask,
-                                                            strict=True)]
-                           + [-100] * (width - len(s.input_ids)) for s in samples])
+    att = torch.tensor([[1] * len(s.input_ids) + [0] * (width - len(s.input_ids)) for s in samples])
+    labels = torch.tensor(
+        [
+            [t if m else -100 for t, m in zip(s.input_ids, s.loss_mask, strict=True)]
+            + [-100] * (width - len(s.input_ids))
+            for s in samples
+        ]
+    )
     loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
     loss.backward()
     opt.step()
@@ -88,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     samples = batch_from(args.trajectories, args.batch, tok)
     tokens = sum(len(s.input_ids) for s in samples)
-    result: dict = {"threads_before": torch.get_num_threads(), "batch": len(samples),
-                    "tokens_per_step": tokens}
+    result: dict = {
+        "threads_before": torch.get_num_threads(),
+        "batch": len(samples),
+        "tokens_per_step": tokens,
+    }
     engine = None
     if args.vllm:
         from agents.models import load_model
@@ -98,9 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         result["threads_after_vllm"] = torch.get_num_threads()
     plain_model = copy.deepcopy(base).train()
     opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-5, weight_decay=0.1)
-    learner = Learner(copy.deepcopy(base).train(),
-                      LearnerConfig(lr=1e-5, weight_decay=0.1, loss="sft", agg_mode="token-mean",
-                                    micro_batch_tokens=8192))
+    learner = Learner(
+        copy.deepcopy(base).train(),
+        LearnerConfig(
+            lr=1e-5, weight_decay=0.1, loss="sft", agg_mode="token-mean", micro_batch_tokens=8192
+        ),
+    )
     times: dict[str, list[float]] = {"plain": [], "learner": []}
     for step in range(args.steps + 1):  # step 0 warms both up, unmeasured
         for name in ("plain", "learner"):
@@ -110,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 learner.train_step(samples)
             dt = time.perf_counter() - t0
-            print(f"step {step} {name}: {dt:.1f} s ({tokens / dt:.0f} tokens/s)"
-                  f"{'' if step else ' (warm-up)'}", flush=True)
+            print(
+                f"step {step} {name}: {dt:.1f} s ({tokens / dt:.0f} tokens/s)"
+                f"{'' if step else ' (warm-up)'}",
+                flush=True,
+            )
             if step:
                 times[name].append(dt)
     for name, ts in times.items():

@@ -20,13 +20,39 @@ from algos.run_io import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 COMMON = [
-    "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
-    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-    "--group-size", "8", "--problems-per-iteration", "4", "--batch-size", "8",
-    "--max-steps-per-iteration", "4", "--lr", "3e-3", "--length-penalty", "false",
-    "--concurrency", "32", "--checkpoint-every", "0", "--progress", "false",
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "w"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "8",
+    "--problems-per-iteration",
+    "4",
+    "--batch-size",
+    "8",
+    "--max-steps-per-iteration",
+    "4",
+    "--lr",
+    "3e-3",
+    "--length-penalty",
+    "false",
+    "--concurrency",
+    "32",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
     # a policy that has learned leaves no group with mixed rewards: skip, do not stop the run
-    "--on-exhausted", "skip",
+    "--on-exhausted",
+    "skip",
 ]
 ALGOS = {"dapo": (dapo.main, []), "grpo": (grpo.main, ["--kl-coef", "0.04"])}
 
@@ -44,8 +70,18 @@ def main() -> None:
         for seed in seeds:
             run = root / f"{name}-seed{seed}"
             t0 = time.perf_counter()
-            main_fn([*COMMON, *extra, "--iterations", str(args.iterations), "--seed", str(seed),
-                     "--run-dir", str(run)])
+            main_fn(
+                [
+                    *COMMON,
+                    *extra,
+                    "--iterations",
+                    str(args.iterations),
+                    "--seed",
+                    str(seed),
+                    "--run-dir",
+                    str(run),
+                ]
+            )
             rows = read_metrics(run)
             out["runs"][f"{name}-seed{seed}"] = {
                 "wall_s": time.perf_counter() - t0,
@@ -61,8 +97,10 @@ def main() -> None:
     for n in names:
         r = out["runs"][n]["reward"]
         # start: iteration 1, the only one sampled from the untrained policy (as the learning test)
-        print(f"{n}: start {r[0]:.3f} -> end {statistics.fmean(r[-3:]):.3f} "
-              f"({out['runs'][n]['wall_s']:.0f} s)")
+        print(
+            f"{n}: start {r[0]:.3f} -> end {statistics.fmean(r[-3:]):.3f} "
+            f"({out['runs'][n]['wall_s']:.0f} s)"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bench_learning.json").write_text(json.dumps(out, indent=1))
     png = plot_runs(run_dirs, RESULTS / "bench_learning.png", labels=names)

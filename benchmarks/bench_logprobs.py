@@ -56,9 +56,14 @@ def child(method: str, t: int, hidden: int, vocab: int, reps: int, chunk: int | 
         cpu.append(time.process_time() - c0)
         del lp
     return {
-        "method": method, "T": t, "hidden": hidden, "vocab": vocab,
+        "method": method,
+        "T": t,
+        "hidden": hidden,
+        "vocab": vocab,
         "chunk_size": None if method == "naive" else (chunk or default_chunk_size(vocab)),
-        "time_s": min(times), "cpu_s": min(cpu), "peak_rss_delta_mib": _maxrss_mib() - before,
+        "time_s": min(times),
+        "cpu_s": min(cpu),
+        "peak_rss_delta_mib": _maxrss_mib() - before,
         "threads": torch.get_num_threads(),
     }
 
@@ -73,16 +78,28 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "T"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        out = child(args.child[0], int(args.child[1]), args.hidden, args.vocab, args.reps,
-                    args.chunk_size)
+        out = child(
+            args.child[0], int(args.child[1]), args.hidden, args.vocab, args.reps, args.chunk_size
+        )
         print("RESULT " + json.dumps(out))
         return
 
     rows = []
     for t in args.T:
         for method in ("naive", "chunked"):
-            cmd = [sys.executable, __file__, "--child", method, str(t), "--hidden",
-                   str(args.hidden), "--vocab", str(args.vocab), "--reps", str(args.reps)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                method,
+                str(t),
+                "--hidden",
+                str(args.hidden),
+                "--vocab",
+                str(args.vocab),
+                "--reps",
+                str(args.reps),
+            ]
             if args.chunk_size:
                 cmd += ["--chunk-size", str(args.chunk_size)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -91,14 +108,20 @@ def main() -> None:
                 rows.append({"method": method, "T": t, "error": proc.stderr[-500:]})
                 print(f"{method} T={t}: failed ({proc.returncode})", file=sys.stderr)
                 continue
-            rows.append(json.loads(line[0][len("RESULT "):]))
-            print(f"  {method:8s} T={t:6d} {rows[-1]['time_s']:8.2f} s "
-                  f"{rows[-1]['peak_rss_delta_mib']:9.0f} MiB", file=sys.stderr, flush=True)
+            rows.append(json.loads(line[0][len("RESULT ") :]))
+            print(
+                f"  {method:8s} T={t:6d} {rows[-1]['time_s']:8.2f} s "
+                f"{rows[-1]['peak_rss_delta_mib']:9.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
 
     by = {(r["method"], r["T"]): r for r in rows if "error" not in r}
     print(f"\nhidden {args.hidden}, vocab {args.vocab}, float32, forward+backward, CPU")
-    print(f"{'T':>6} | {'naive s':>8} {'naive MiB':>10} | {'chunked s':>9} {'chunked MiB':>11} |"
-          f" {'time x':>6} {'cpu x':>6} {'mem %':>6}")
+    print(
+        f"{'T':>6} | {'naive s':>8} {'naive MiB':>10} | {'chunked s':>9} {'chunked MiB':>11} |"
+        f" {'time x':>6} {'cpu x':>6} {'mem %':>6}"
+    )
     summary = []
     for t in args.T:
         n, c = by.get(("naive", t)), by.get(("chunked", t))
@@ -108,15 +131,25 @@ def main() -> None:
         ratio_t = c["time_s"] / n["time_s"]
         ratio_cpu = c["cpu_s"] / n["cpu_s"]
         ratio_m = c["peak_rss_delta_mib"] / max(n["peak_rss_delta_mib"], 1e-9)
-        summary.append({"T": t, "time_ratio": ratio_t, "cpu_time_ratio": ratio_cpu,
-                        "memory_ratio": ratio_m})
-        print(f"{t:>6} | {n['time_s']:8.2f} {n['peak_rss_delta_mib']:10.0f} | {c['time_s']:9.2f}"
-              f" {c['peak_rss_delta_mib']:11.0f} | {ratio_t:6.2f} {ratio_cpu:6.2f} {100 * ratio_m:5.1f}%")
+        summary.append(
+            {"T": t, "time_ratio": ratio_t, "cpu_time_ratio": ratio_cpu, "memory_ratio": ratio_m}
+        )
+        print(
+            f"{t:>6} | {n['time_s']:8.2f} {n['peak_rss_delta_mib']:10.0f} | {c['time_s']:9.2f}"
+            f" {c['peak_rss_delta_mib']:11.0f} | {ratio_t:6.2f} {ratio_cpu:6.2f} {100 * ratio_m:5.1f}%"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_logprobs.json"
-    out.write_text(json.dumps({"memory_measure": "peak RSS delta (getrusage ru_maxrss), fresh "
-                               "subprocess per case", "cases": rows, "summary": summary},
-                              indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "memory_measure": "peak RSS delta (getrusage ru_maxrss), fresh subprocess per case",
+                "cases": rows,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
     print(f"\nwrote {out}")
 
 

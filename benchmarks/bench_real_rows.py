@@ -39,8 +39,12 @@ def _verdicts(task, opts: dict) -> dict:
     for name, patch in (("empty", ""), ("gold", task.patch)):
         t0 = time.monotonic()
         report, log = grade_logged(task, patch, "local", opts, "official")
-        out[name] = {"ours": report.resolved, "swebench": swebench_verdict(task, log),
-                     "reason": report.reason, "s": round(time.monotonic() - t0, 2)}
+        out[name] = {
+            "ours": report.resolved,
+            "swebench": swebench_verdict(task, log),
+            "reason": report.reason,
+            "s": round(time.monotonic() - t0, 2),
+        }
     return out
 
 
@@ -131,18 +135,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.ids:
         rows = [r for r in rows if r["instance_id"] in set(args.ids)]
     results = [bench_row(r, args.repos_dir, args.resets, args.allow_nearest_python) for r in rows]
-    print(f"\n{'row':<28} {'env':<24} {'build s':>8} {'cached s':>8} {'reset s':>7} "
-          f"{'grade s e/g':>11}  before (host) ours/swebench  after (env) ours/swebench")
+    print(
+        f"\n{'row':<28} {'env':<24} {'build s':>8} {'cached s':>8} {'reset s':>7} "
+        f"{'grade s e/g':>11}  before (host) ours/swebench  after (env) ours/swebench"
+    )
     for r in results:
         a = r.get("after") or {}
         grade = "/".join(f"{a[k]['s']:.1f}" for k in ("empty", "gold")) if a else "-"
-        print(f"{r['id']:<28} {r['env'][:24]:<24} {r.get('first_s', '-')!s:>8} "
-              f"{r.get('cached_s', '-')!s:>8} {r.get('reset_s', '-')!s:>7} {grade:>11}  "
-              f"{_fmt(r.get('before')):<28}  {_fmt(a)}")
+        print(
+            f"{r['id']:<28} {r['env'][:24]:<24} {r.get('first_s', '-')!s:>8} "
+            f"{r.get('cached_s', '-')!s:>8} {r.get('reset_s', '-')!s:>7} {grade:>11}  "
+            f"{_fmt(r.get('before')):<28}  {_fmt(a)}"
+        )
     built = [r for r in results if r["built"]]
     agree = [r for r in built if all(x["ours"] == x["swebench"] for x in r["after"].values())]
-    print(f"\nbuilt {len(built)}/{len(results)}; after: ours == swebench on {len(agree)}/"
-          f"{len(built)} built rows (empty and gold)")
+    print(
+        f"\nbuilt {len(built)}/{len(results)}; after: ours == swebench on {len(agree)}/"
+        f"{len(built)} built rows (empty and gold)"
+    )
     for r in results:
         if not r["built"]:
             print(f"  {r['id']}: {r['env']}")

@@ -51,9 +51,13 @@ EVAL_ENV_FLAGS = {"prompt": "--prompt", "max_observation_chars": "--max-observat
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", type=Path, default=PRESET, help=f"configuration (default {PRESET})")
-    p.add_argument("--work", type=Path, default=None,
-                   help="tasks, derived repositories, run directories (reused when re-run; "
-                   "default runs/<preset name>)")
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="tasks, derived repositories, run directories (reused when re-run; "
+        "default runs/<preset name>)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "swe_learning.json")
     p.add_argument("--repos", default=None, help="comma-separated bundled repositories")
     p.add_argument("--candidates", type=int, default=None, help="mutants tried per repository")
@@ -61,20 +65,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-held-out", type=int, default=None, help="at most this many held out")
     p.add_argument("--runs", type=int, default=None, help="R, held-out runs per task and stage")
     p.add_argument("--own-runs", type=int, default=None, help="own runs per training task")
-    p.add_argument("--min-own", type=int, default=None,
-                   help="fewer passing own runs than this: add the oracle's")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="episodes at once in an evaluation (one wave is fastest on a CPU engine)")
+    p.add_argument(
+        "--min-own",
+        type=int,
+        default=None,
+        help="fewer passing own runs than this: add the oracle's",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="episodes at once in an evaluation (one wave is fastest on a CPU engine)",
+    )
     p.add_argument("--rft-epochs", type=int, default=None)
     p.add_argument("--dapo-iterations", type=int, default=None)
     p.add_argument("--problems", type=int, default=None, help="DAPO problems per iteration")
     p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
-    p.add_argument("--policy", default=None,
-                   help="smollm2 (default) or tiny-random (a smoke run: transformers engine)")
-    p.add_argument("--overlap", action="store_true",
-                   help="run held-out evaluations beside the training stages that follow "
-                   "(default: every stage alone; overlapping only pays with cores and memory "
-                   "for two engines, each CPU vLLM engine takes about 2.7 GB)")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="smollm2 (default) or tiny-random (a smoke run: transformers engine)",
+    )
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="run held-out evaluations beside the training stages that follow "
+        "(default: every stage alone; overlapping only pays with cores and memory "
+        "for two engines, each CPU vLLM engine takes about 2.7 GB)",
+    )
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -105,8 +123,10 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     cfg.setdefault("oracle", {})
     unknown = set(cfg["env_kwargs"]) - set(EVAL_ENV_FLAGS)
     if unknown:
-        raise SystemExit(f"--preset {args.preset}: env_kwargs {sorted(unknown)} cannot reach the "
-                         f"evaluations; accepted: {sorted(EVAL_ENV_FLAGS)}")
+        raise SystemExit(
+            f"--preset {args.preset}: env_kwargs {sorted(unknown)} cannot reach the "
+            f"evaluations; accepted: {sorted(EVAL_ENV_FLAGS)}"
+        )
     if cfg["rft"].get("policy", "smollm2") == "tiny-random":  # no vLLM for a smoke run
         cfg["dapo"].update(engine="transformers", engine_dtype="float32", old_logprobs="auto")
     return cfg
@@ -118,9 +138,11 @@ class Runner:
     def __init__(self, work: Path, repos_dir: Path, progress: bool):
         self.logs = work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "SWE_GYM_REPOS": str(repos_dir),
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                os.environ.get("PYTHONPATH")]))}
+        self.env = {
+            **os.environ,
+            "SWE_GYM_REPOS": str(repos_dir),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         self.progress = progress
         self.walls: dict[str, float] = {}  # every stage's wall time, resumed ones included
 
@@ -138,14 +160,16 @@ class Runner:
         log = self.logs / f"{name}.log"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: python {' '.join(argv)[:200]}", flush=True)
         with log.open("w", encoding="utf-8") as fh:
-            rc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=self.env, stdout=fh,
-                                stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(
+                [sys.executable, *argv], cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT
+            ).returncode
         if rc:
             tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
             raise SystemExit(f"stage {name} failed (exit {rc}); {log}:\n{tail}")
         wall = time.perf_counter() - t0
-        done.write_text(json.dumps({"argv": list(argv), "key": key, "wall_s": wall}),
-                        encoding="utf-8")
+        done.write_text(
+            json.dumps({"argv": list(argv), "key": key, "wall_s": wall}), encoding="utf-8"
+        )
         self.walls[name] = wall
         return wall
 
@@ -178,49 +202,103 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     files = []
     for repo in syn["repos"]:
         out = work / "tasks" / f"{repo.split('/')[-1]}.jsonl"
-        run(f"synth-{repo.split('/')[-1]}", "-m", "swe_gym.synth", repo, "--out", str(out),
-            "--repos-dir", str(work / "repos"), "--tier", syn.get("tier", "easy"),
-            "--max-candidates", str(syn["max_candidates"]), "--seed", str(syn.get("seed", 0)),
-            "--no-progress")
+        run(
+            f"synth-{repo.split('/')[-1]}",
+            "-m",
+            "swe_gym.synth",
+            repo,
+            "--out",
+            str(out),
+            "--repos-dir",
+            str(work / "repos"),
+            "--tier",
+            syn.get("tier", "easy"),
+            "--max-candidates",
+            str(syn["max_candidates"]),
+            "--seed",
+            str(syn.get("seed", 0)),
+            "--no-progress",
+        )
         files.append(out)
     rows = [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
     all_path = work / "tasks.jsonl"
     all_path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     train, held = work / "train.jsonl", work / "heldout.jsonl"
-    run("split", "-m", "swe_gym.synth.split", str(all_path), "--held-out", str(syn["held_out"]),
-        "--seed", str(syn.get("seed", 0)), "--train", str(train), "--test", str(held))
+    run(
+        "split",
+        "-m",
+        "swe_gym.synth.split",
+        str(all_path),
+        "--held-out",
+        str(syn["held_out"]),
+        "--seed",
+        str(syn.get("seed", 0)),
+        "--train",
+        str(train),
+        "--test",
+        str(held),
+    )
     for path, cap in ((train, syn.get("max_train")), (held, syn.get("max_held_out"))):
         if cap is not None:  # whole rows dropped: the split's function property still holds
             kept = path.read_text(encoding="utf-8").splitlines()[:cap]
             path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
-    fn = [{json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
-          for p in (train, held)]
+    fn = [
+        {json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
+        for p in (train, held)
+    ]
     if fn[0] & fn[1]:
         raise SystemExit(f"split leaks functions into both sides: {sorted(fn[0] & fn[1])[:5]}")
     summaries = [json.loads(f.with_name(f.name + ".summary.json").read_text()) for f in files]
     return {
-        "train": str(train), "held_out": str(held),
-        "n_train": len(train.read_text().splitlines()), "n_held_out": len(held.read_text().splitlines()),
-        "functions_train": len(fn[0]), "functions_held_out": len(fn[1]),
+        "train": str(train),
+        "held_out": str(held),
+        "n_train": len(train.read_text().splitlines()),
+        "n_held_out": len(held.read_text().splitlines()),
+        "functions_train": len(fn[0]),
+        "functions_held_out": len(fn[1]),
         "candidates": sum(s["candidates"] for s in summaries),
         "accepted": sum(s["accepted"] for s in summaries),
         "wall_s": time.perf_counter() - t0,
     }
 
 
-def evaluate(cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int,
-             out: Path, seed: int = 0) -> dict[str, Any]:
+def evaluate(
+    cfg: dict, run: Runner, name: str, model: str, tasks: str, runs: int, out: Path, seed: int = 0
+) -> dict[str, Any]:
     """pass@1 over ``runs`` runs: one ``agents.evaluate --runs R`` call (one engine; run ``j``
     is episode seed ``1000 * seed + j``, and every turn samples with its own derived seed)."""
     ev = cfg["eval"]
-    wall = run(name, "-m", "agents.evaluate", "--env", ENV, "--tasks", tasks,
-               "--model", model, "--runs", str(runs), "--out", str(out),
-               "--max-turns", str(ev["max_turns"]), "--max-new-tokens", str(ev["max_new_tokens"]),
-               "--max-context-tokens", str(ev["max_context_tokens"]),
-               "--temperature", str(ev["temperature"]), "--concurrency", str(ev["concurrency"]),
-               "--max-consecutive-invalid", str(ev["max_consecutive_invalid"]),
-               "--seed", str(seed * 1000), "--no-progress",
-               *[x for k, v in cfg["env_kwargs"].items() for x in (EVAL_ENV_FLAGS[k], str(v))])
+    wall = run(
+        name,
+        "-m",
+        "agents.evaluate",
+        "--env",
+        ENV,
+        "--tasks",
+        tasks,
+        "--model",
+        model,
+        "--runs",
+        str(runs),
+        "--out",
+        str(out),
+        "--max-turns",
+        str(ev["max_turns"]),
+        "--max-new-tokens",
+        str(ev["max_new_tokens"]),
+        "--max-context-tokens",
+        str(ev["max_context_tokens"]),
+        "--temperature",
+        str(ev["temperature"]),
+        "--concurrency",
+        str(ev["concurrency"]),
+        "--max-consecutive-invalid",
+        str(ev["max_consecutive_invalid"]),
+        "--seed",
+        str(seed * 1000),
+        "--no-progress",
+        *[x for k, v in cfg["env_kwargs"].items() for x in (EVAL_ENV_FLAGS[k], str(v))],
+    )
     return stage_stats(out, wall)
 
 
@@ -240,16 +318,26 @@ def oracle_runs(cfg: dict, tasks: str, out: Path, repos_dir: Path) -> dict[str, 
     os.environ["SWE_GYM_REPOS"] = str(repos_dir)
     ev = cfg["eval"]
     rows = load_tasks(tasks)
-    model = OracleModel(tasks=rows, tokenizer=AutoTokenizer.from_pretrained(cfg["_tokenizer"]),
-                        explore=cfg["oracle"].get("explore", True))
+    model = OracleModel(
+        tasks=rows,
+        tokenizer=AutoTokenizer.from_pretrained(cfg["_tokenizer"]),
+        explore=cfg["oracle"].get("explore", True),
+    )
     t0 = time.perf_counter()
     print(f"[{time.strftime('%H:%M:%S')}] oracle-runs: {len(rows)} tasks", flush=True)
     trajs, summary = run_eval(
-        ENV, model, [t.instance_id for t in rows], 1,
+        ENV,
+        model,
+        [t.instance_id for t in rows],
+        1,
         env_kwargs={**cfg["env_kwargs"], "tasks": tasks, "max_turns": ev["max_turns"]},
-        agent_kwargs={"params": SamplingParams(max_new_tokens=ev["max_new_tokens"]),
-                      "max_context_tokens": ev["max_context_tokens"]},
-        concurrency=ev["concurrency"], progress_bar=False)
+        agent_kwargs={
+            "params": SamplingParams(max_new_tokens=ev["max_new_tokens"]),
+            "max_context_tokens": ev["max_context_tokens"],
+        },
+        concurrency=ev["concurrency"],
+        progress_bar=False,
+    )
     out.mkdir(parents=True, exist_ok=True)
     Trajectory.save_jsonl(trajs, out / "trajectories.jsonl")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -268,7 +356,9 @@ def write_config(section: dict, path: Path, **extra: Any) -> str:
 
 def metrics(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,8 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     run = Runner(work, work / "repos", not args.no_progress)
     t_start = time.perf_counter()
     tasks = make_tasks(cfg, work, run, args)
-    print(f"tasks: {tasks['n_train']} train ({tasks['functions_train']} functions), "
-          f"{tasks['n_held_out']} held out ({tasks['functions_held_out']} functions)", flush=True)
+    print(
+        f"tasks: {tasks['n_train']} train ({tasks['functions_train']} functions), "
+        f"{tasks['n_held_out']} held out ({tasks['functions_held_out']} functions)",
+        flush=True,
+    )
     policy = cfg["rft"].get("policy", "smollm2")
     if policy == "smollm2":
         from agents.models.smollm2 import smollm2_path
@@ -302,8 +395,16 @@ def main(argv: list[str] | None = None) -> int:
     pool = ThreadPoolExecutor(3)
 
     def held_out(name: str, folder: str) -> Any:
-        job = pool.submit(evaluate, cfg, run, name, engine_spec(cfg, folder),
-                          tasks["held_out"], ev_runs, work / name)
+        job = pool.submit(
+            evaluate,
+            cfg,
+            run,
+            name,
+            engine_spec(cfg, folder),
+            tasks["held_out"],
+            ev_runs,
+            work / name,
+        )
         if not args.overlap:
             job.result()
         return job
@@ -312,8 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     own = {"pass@1": None, "resolved": 0, "episodes": 0, "wall_s": 0.0}
     traj_files = []
     if cfg["own"]["runs"] > 0:
-        own = evaluate(cfg, run, "own-runs", engine_spec(cfg, base_folder), tasks["train"],
-                       cfg["own"]["runs"], work / "own-runs", seed=1)
+        own = evaluate(
+            cfg,
+            run,
+            "own-runs",
+            engine_spec(cfg, base_folder),
+            tasks["train"],
+            cfg["own"]["runs"],
+            work / "own-runs",
+            seed=1,
+        )
         traj_files.append(str(work / "own-runs" / "trajectories.jsonl"))
     stages.append({"stage": "base", "train_resolve_rate": own["pass@1"], "episodes": 0})
 
@@ -326,30 +435,62 @@ def main(argv: list[str] | None = None) -> int:
         data["oracle_resolved"] = oracle["resolved"]
         data["oracle_tokens_per_trajectory"] = oracle["tokens_per_trajectory"]
         data["oracle_shared_prompt_share"] = oracle["shared_prompt_share"]
-    data["source"] = "own" if oracle is None else (
-        "own + oracle (warm start)" if cfg["own"]["runs"] else "oracle (warm start)")
+    data["source"] = (
+        "own"
+        if oracle is None
+        else ("own + oracle (warm start)" if cfg["own"]["runs"] else "oracle (warm start)")
+    )
     rft_dir = work / "rft"
-    rft_wall = run("rft", "-m", "algos.rft", "--config",
-                   write_config(cfg["rft"], work / "rft.yaml"), "--run-dir", str(rft_dir),
-                   "--trajectories", ",".join(traj_files), "--progress", "false")
+    rft_wall = run(
+        "rft",
+        "-m",
+        "algos.rft",
+        "--config",
+        write_config(cfg["rft"], work / "rft.yaml"),
+        "--run-dir",
+        str(rft_dir),
+        "--trajectories",
+        ",".join(traj_files),
+        "--progress",
+        "false",
+    )
     rft_ckpt = str(rft_dir / "checkpoint")
     rft_rows = metrics(rft_dir)
     data["steps"] = max((r["step"] for r in rft_rows), default=0)
     data["epochs_run"] = max((r["epoch"] for r in rft_rows), default=0)
     rft_job = held_out("eval-rft", rft_ckpt)
-    rft_stage = {"stage": "RFT", "train_resolve_rate": None,
-                 "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
-                 "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
-                 "data": data}
+    rft_stage = {
+        "stage": "RFT",
+        "train_resolve_rate": None,
+        "episodes": own["episodes"] + (oracle["episodes"] if oracle else 0),
+        "wall_s": own["wall_s"] + (oracle["wall_s"] if oracle else 0) + rft_wall,
+        "data": data,
+    }
     stages.append(rft_stage)
 
     # (iii) DAPO from the RFT checkpoint on the training tasks
     dapo_dir = work / "dapo"
-    dapo_cfg = write_config(cfg["dapo"], work / "dapo.yaml", policy=rft_ckpt,
-                            env_kwargs={**cfg["env_kwargs"], **cfg["dapo"].get("env_kwargs", {}),
-                                        "tasks": tasks["train"]})
-    dapo_wall = run("dapo", "-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(dapo_dir),
-                    "--progress", "false")
+    dapo_cfg = write_config(
+        cfg["dapo"],
+        work / "dapo.yaml",
+        policy=rft_ckpt,
+        env_kwargs={
+            **cfg["env_kwargs"],
+            **cfg["dapo"].get("env_kwargs", {}),
+            "tasks": tasks["train"],
+        },
+    )
+    dapo_wall = run(
+        "dapo",
+        "-m",
+        "algos.dapo",
+        "--config",
+        dapo_cfg,
+        "--run-dir",
+        str(dapo_dir),
+        "--progress",
+        "false",
+    )
     rows = metrics(dapo_dir)
     dapo_eval = held_out("eval-dapo", str(dapo_dir / "checkpoint")).result()
     stages[0]["held_out"] = base_job.result()
@@ -359,9 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
     rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
     stages[1]["train_resolve_rate"] = rates[0] if rates else None
-    stages.append({"stage": "DAPO", "held_out": dapo_eval,
-                   "train_resolve_rate": rates[-1] if rates else None,
-                   "episodes": int(sum(r.get("episodes", 0) for r in rows)), "wall_s": dapo_wall})
+    stages.append(
+        {
+            "stage": "DAPO",
+            "held_out": dapo_eval,
+            "train_resolve_rate": rates[-1] if rates else None,
+            "episodes": int(sum(r.get("episodes", 0) for r in rows)),
+            "wall_s": dapo_wall,
+        }
+    )
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]
@@ -371,8 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     # the sum of the stages' own wall times: the benchmark's cost even when a re-run resumed
     result["stage_wall_s"] = {**run.walls, **({"oracle-runs": oracle["wall_s"]} if oracle else {})}
     result["wall_s_stages_sum"] = sum(result["stage_wall_s"].values())
-    print(f"stages' wall time, summed: {result['wall_s_stages_sum'] / 60:.1f} min "
-          f"(this invocation: {result['wall_s'] / 60:.1f} min)")
+    print(
+        f"stages' wall time, summed: {result['wall_s_stages_sum'] / 60:.1f} min "
+        f"(this invocation: {result['wall_s'] / 60:.1f} min)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     png = plot(result, args.out.with_suffix(".png"))

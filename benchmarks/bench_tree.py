@@ -50,8 +50,15 @@ def make_group(g: int, prefix: int, lo: int, hi: int, vocab: int, seed: int):
         c = int(torch.randint(lo, hi + 1, (1,), generator=gen))
         ids = head + torch.randint(0, vocab, (c,), generator=gen).tolist()
         mask = [0] * prefix + [1] * c
-        out.append(Sample(ids, mask, old_logprobs=[-2.0 * m for m in mask],
-                          advantage=1.0 if i % 2 else -1.0, sample_id=i))
+        out.append(
+            Sample(
+                ids,
+                mask,
+                old_logprobs=[-2.0 * m for m in mask],
+                advantage=1.0 if i % 2 else -1.0,
+                sample_id=i,
+            )
+        )
     return out
 
 
@@ -71,13 +78,26 @@ def child(spec: dict) -> dict:
     from algos.learner import Learner, LearnerConfig
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32,
-                                                 attn_implementation="sdpa")
-    samples = make_group(spec["g"], spec["prefix"], spec["cont_min"], spec["cont_max"],
-                         model.config.vocab_size, seed=spec["seed"])
-    learner = Learner(model, LearnerConfig(lr=1e-6, loss="dapo",
-                                           micro_batch_tokens=spec["budget"],
-                                           tree_packing=spec["layout"] == "shared"))
+    model = AutoModelForCausalLM.from_pretrained(
+        smollm2_path(), dtype=torch.float32, attn_implementation="sdpa"
+    )
+    samples = make_group(
+        spec["g"],
+        spec["prefix"],
+        spec["cont_min"],
+        spec["cont_max"],
+        model.config.vocab_size,
+        seed=spec["seed"],
+    )
+    learner = Learner(
+        model,
+        LearnerConfig(
+            lr=1e-6,
+            loss="dapo",
+            micro_batch_tokens=spec["budget"],
+            tree_packing=spec["layout"] == "shared",
+        ),
+    )
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     times, cpu, metrics = [], [], {}
     for _ in range(spec["steps"]):
@@ -86,18 +106,26 @@ def child(spec: dict) -> dict:
         times.append(time.perf_counter() - t0)
         cpu.append(_cpu_s() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0
-    return {"step_s": statistics.median(times), "step_s_all": times,
-            "cpu_s": statistics.median(cpu), "peak_bytes": peak,
-            "tokens_computed": metrics["tokens_computed"], "tokens_plain": metrics["tokens_plain"],
-            "micro_batches": metrics["micro_batches"], "loss": metrics["loss"],
-            "tree_active": learner.trees, "torch_threads": torch.get_num_threads(),
-            "commit": _commit()}
+    return {
+        "step_s": statistics.median(times),
+        "step_s_all": times,
+        "cpu_s": statistics.median(cpu),
+        "peak_bytes": peak,
+        "tokens_computed": metrics["tokens_computed"],
+        "tokens_plain": metrics["tokens_plain"],
+        "micro_batches": metrics["micro_batches"],
+        "loss": metrics["loss"],
+        "tree_active": learner.trees,
+        "torch_threads": torch.get_num_threads(),
+        "commit": _commit(),
+    }
 
 
 def _commit() -> str:
     """The code a row was measured with (rows accumulate across runs)."""
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -139,18 +167,27 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=8192, help="micro_batch_tokens")
     ap.add_argument("--out", type=Path, default=RESULTS / "bench_tree.json")
     ap.add_argument("--layouts", default="plain,shared", help="which layouts to run")
-    ap.add_argument("--merge", action="store_true",
-                    help="keep the rows already in --out (other shapes, other layouts)")
-    ap.add_argument("--attention", action="store_true",
-                    help="only time one layer's tree attention: CPU kernels pieces vs dense")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows already in --out (other shapes, other layouts)",
+    )
+    ap.add_argument(
+        "--attention",
+        action="store_true",
+        help="only time one layer's tree attention: CPU kernels pieces vs dense",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.attention:
         for prefix in [int(x) for x in args.prefixes.split(",")]:
             for g in [int(x) for x in args.groups.split(",")]:
                 t = attention_kernels(g, prefix, args.cont_min, args.cont_max)
-                print(f"G={g} prefix={prefix}: pieces {t['pieces'] * 1e3:.0f} ms, dense "
-                      f"{t['dense'] * 1e3:.0f} ms (fwd+bwd, one layer)", flush=True)
+                print(
+                    f"G={g} prefix={prefix}: pieces {t['pieces'] * 1e3:.0f} ms, dense "
+                    f"{t['dense'] * 1e3:.0f} ms (fwd+bwd, one layer)",
+                    flush=True,
+                )
         return
     if args.child:
         print("RESULT " + json.dumps(child(json.loads(args.child))), flush=True)
@@ -164,22 +201,37 @@ def main() -> None:
         for g in [int(x) for x in args.groups.split(",")]:
             row = rows.setdefault((g, prefix), {"g": g, "prefix": prefix})
             for layout in layouts:
-                spec = {"g": g, "prefix": prefix, "cont_min": args.cont_min,
-                        "cont_max": args.cont_max, "steps": args.steps, "budget": args.budget,
-                        "layout": layout, "seed": 1000 * g + prefix}
-                proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                                      cwd=REPO, capture_output=True, text=True)
+                spec = {
+                    "g": g,
+                    "prefix": prefix,
+                    "cont_min": args.cont_min,
+                    "cont_max": args.cont_max,
+                    "steps": args.steps,
+                    "budget": args.budget,
+                    "layout": layout,
+                    "seed": 1000 * g + prefix,
+                }
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", json.dumps(spec)],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                )
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                 if proc.returncode or not line:
                     raise SystemExit(f"{layout} G={g} prefix={prefix} failed:\n{proc.stderr}")
-                row[layout] = json.loads(line[0][len("RESULT "):])
-                print(f"  G={g} prefix={prefix} {layout}: {row[layout]['step_s']:.1f} s "
-                      f"({row[layout]['cpu_s']:.1f} CPU s)", flush=True)
+                row[layout] = json.loads(line[0][len("RESULT ") :])
+                print(
+                    f"  G={g} prefix={prefix} {layout}: {row[layout]['step_s']:.1f} s "
+                    f"({row[layout]['cpu_s']:.1f} CPU s)",
+                    flush=True,
+                )
             if "plain" in row and "shared" in row:
                 row["speedup"] = row["plain"]["step_s"] / row["shared"]["step_s"]
                 row["cpu_speedup"] = row["plain"]["cpu_s"] / row["shared"]["cpu_s"]
-                row["memory_ratio"] = (row["plain"]["peak_bytes"]
-                                       / max(1, row["shared"]["peak_bytes"]))
+                row["memory_ratio"] = row["plain"]["peak_bytes"] / max(
+                    1, row["shared"]["peak_bytes"]
+                )
             if layouts:
                 _write(args, sorted(rows.values(), key=lambda r: (r["prefix"], r["g"])))
     print_table(sorted(rows.values(), key=lambda r: (r["prefix"], r["g"])))
@@ -189,9 +241,13 @@ def main() -> None:
 
 def _write(args, rows: list[dict]) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"model": "SmolLM2-135M-Instruct (float32, CPU)", "loss": "dapo",
-            "cont_tokens": [args.cont_min, args.cont_max], "steps": args.steps,
-            "micro_batch_tokens": args.budget}
+    meta = {
+        "model": "SmolLM2-135M-Instruct (float32, CPU)",
+        "loss": "dapo",
+        "cont_tokens": [args.cont_min, args.cont_max],
+        "steps": args.steps,
+        "micro_batch_tokens": args.budget,
+    }
     if args.merge and args.out.exists():  # hand-written notes on earlier rows stay
         meta["notes"] = json.loads(args.out.read_text())["meta"].get("notes", [])
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
@@ -199,9 +255,11 @@ def _write(args, rows: list[dict]) -> None:
 
 def print_table(rows: list[dict]) -> None:
     """Shapes side by side; '-' where a layout was not run."""
-    head = (f"{'G':>3} {'prefix':>6} | {'plain s':>8} {'shared s':>8} {'speedup':>7} | "
-            f"{'cpu x':>6} | {'plain GiB':>9} {'shared GiB':>10} | {'plain tok':>9} "
-            f"{'shared tok':>10}")
+    head = (
+        f"{'G':>3} {'prefix':>6} | {'plain s':>8} {'shared s':>8} {'speedup':>7} | "
+        f"{'cpu x':>6} | {'plain GiB':>9} {'shared GiB':>10} | {'plain tok':>9} "
+        f"{'shared tok':>10}"
+    )
     print(head)
     print("-" * len(head))
 
@@ -212,12 +270,14 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         sp = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
         cs = f"{r['cpu_speedup']:.2f}x" if "cpu_speedup" in r else "-"
-        print(f"{r['g']:>3} {r['prefix']:>6} | {cell(r, 'plain', 'step_s', '.1f'):>8} "
-              f"{cell(r, 'shared', 'step_s', '.1f'):>8} {sp:>7} | {cs:>6} | "
-              f"{cell(r, 'plain', 'peak_bytes', '.2f', gib):>9} "
-              f"{cell(r, 'shared', 'peak_bytes', '.2f', gib):>10} | "
-              f"{cell(r, 'plain', 'tokens_computed', '.0f'):>9} "
-              f"{cell(r, 'shared', 'tokens_computed', '.0f'):>10}")
+        print(
+            f"{r['g']:>3} {r['prefix']:>6} | {cell(r, 'plain', 'step_s', '.1f'):>8} "
+            f"{cell(r, 'shared', 'step_s', '.1f'):>8} {sp:>7} | {cs:>6} | "
+            f"{cell(r, 'plain', 'peak_bytes', '.2f', gib):>9} "
+            f"{cell(r, 'shared', 'peak_bytes', '.2f', gib):>10} | "
+            f"{cell(r, 'plain', 'tokens_computed', '.0f'):>9} "
+            f"{cell(r, 'shared', 'tokens_computed', '.0f'):>10}"
+        )
 
 
 if __name__ == "__main__":

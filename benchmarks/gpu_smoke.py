@@ -47,12 +47,16 @@ def part_env(args) -> dict:
     import transformers
 
     cuda = torch.cuda.is_available()
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
-            "gpu": torch.cuda.get_device_name(0) if cuda else None,
-            "transformers": transformers.__version__,
-            "vllm": importlib.util.find_spec("vllm") is not None,
-            "liger_kernel": importlib.util.find_spec("liger_kernel") is not None,
-            "ok": cuda or args.dry}
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": cuda,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "transformers": transformers.__version__,
+        "vllm": importlib.util.find_spec("vllm") is not None,
+        "liger_kernel": importlib.util.find_spec("liger_kernel") is not None,
+        "ok": cuda or args.dry,
+    }
 
 
 def part_dapo(args) -> dict:
@@ -68,23 +72,44 @@ def part_dapo(args) -> dict:
     run = Path(tempfile.mkdtemp(prefix="gpu-smoke-dapo-")) / "run"
     t0 = time.perf_counter()
     try:
-        status = dapo.main([*COMMON, "--iterations", str(iterations), "--seed", "0",
-                            "--engine", args.engine, "--run-dir", str(run)])
+        status = dapo.main(
+            [
+                *COMMON,
+                "--iterations",
+                str(iterations),
+                "--seed",
+                "0",
+                "--engine",
+                args.engine,
+                "--run-dir",
+                str(run),
+            ]
+        )
     except SystemExit as e:  # the entry point's loud failure: its message is the result
         return {"ok": False, "exit_status": 1, "error": str(e.code)[-1500:]}
     rows = read_metrics(run)
     rewards = [r["reward_mean"] for r in rows]
     start, end = rewards[0], statistics.fmean(rewards[-3:])
-    out = {"exit_status": status, "iterations": len(rows), "wall_s": time.perf_counter() - t0,
-           "engine": args.engine, "rollout_errors": sum(r["rollout_errors"] for r in rows),
-           "reward_errors": sum(r["reward_errors"] for r in rows), "reward": rewards,
-           "reward_start": start, "reward_end": end, "reward_rose": end > start + 0.3,
-           "cuda_peak_gib": (torch.cuda.max_memory_allocated() / 2**30
-                             if torch.cuda.is_available() else None)}
+    out = {
+        "exit_status": status,
+        "iterations": len(rows),
+        "wall_s": time.perf_counter() - t0,
+        "engine": args.engine,
+        "rollout_errors": sum(r["rollout_errors"] for r in rows),
+        "reward_errors": sum(r["reward_errors"] for r in rows),
+        "reward": rewards,
+        "reward_start": start,
+        "reward_end": end,
+        "reward_rose": end > start + 0.3,
+        "cuda_peak_gib": (
+            torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+        ),
+    }
     # the learner and the rollouts really ran on the GPU: CUDA memory was used
     on_gpu = bool(out["cuda_peak_gib"]) or args.dry
-    out["ok"] = (status == 0 and out["rollout_errors"] == 0 and on_gpu
-                 and (out["reward_rose"] or args.dry))
+    out["ok"] = (
+        status == 0 and out["rollout_errors"] == 0 and on_gpu and (out["reward_rose"] or args.dry)
+    )
     return out
 
 
@@ -119,8 +144,9 @@ def part_push(args) -> dict:
     if engine_name == "vllm":
         from agents.models.vllm import VLLMModel
 
-        engine = VLLMModel(str(path), dtype="bfloat16", max_model_len=512,
-                           gpu_memory_utilization=0.3)
+        engine = VLLMModel(
+            str(path), dtype="bfloat16", max_model_len=512, gpu_memory_utilization=0.3
+        )
     else:
         from agents.models.transformers import TransformersModel
 
@@ -137,29 +163,46 @@ def part_push(args) -> dict:
         prompt = Conversation(token_ids=tok.encode("hello"))
         gen = engine.generate(prompt, SamplingParams(max_new_tokens=4, seed=0))
         s = statistics.median(times)
-        return {"engine": engine_name, "params": params, "push_s": times, "push_median_s": s,
-                "gb_per_s": params * 2 / s / 1e9, "generated_tokens": len(gen.token_ids),
-                "ok": len(gen.token_ids) > 0}
+        return {
+            "engine": engine_name,
+            "params": params,
+            "push_s": times,
+            "push_median_s": s,
+            "gb_per_s": params * 2 / s / 1e9,
+            "generated_tokens": len(gen.token_ids),
+            "ok": len(gen.token_ids) > 0,
+        }
     finally:
         policy.close()
 
 
-RUNNERS = {"env": part_env, "dapo": part_dapo, "learner_64k": part_learner,
-           "weight_push": part_push}
+RUNNERS = {
+    "env": part_env,
+    "dapo": part_dapo,
+    "learner_64k": part_learner,
+    "weight_push": part_push,
+}
 
 
 def run_part(name: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--part", name, "--engine", args.engine,
-           "--peak-tflops", str(args.peak_tflops)] + (["--dry"] if args.dry else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--part",
+        name,
+        "--engine",
+        args.engine,
+        "--peak-tflops",
+        str(args.peak_tflops),
+    ] + (["--dry"] if args.dry else [])
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              cwd=REPO)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
         return {"part": name, "ok": False, "error": f"timeout after {args.timeout} s"}
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if line:
-        row = json.loads(line[-1][len("RESULT "):])
+        row = json.loads(line[-1][len("RESULT ") :])
     else:
         row = {"ok": False, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
     return {"part": name, "time_s": time.perf_counter() - t0, **row}
@@ -168,10 +211,17 @@ def run_part(name: str, args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
-    ap.add_argument("--engine", default=None, choices=("transformers", "vllm"),
-                    help="rollout engine (default transformers; weight_push: vllm when installed)")
-    ap.add_argument("--dry", action="store_true", help="tiny settings, any device: checks the "
-                    "script, not the GPU")
+    ap.add_argument(
+        "--engine",
+        default=None,
+        choices=("transformers", "vllm"),
+        help="rollout engine (default transformers; weight_push: vllm when installed)",
+    )
+    ap.add_argument(
+        "--dry",
+        action="store_true",
+        help="tiny settings, any device: checks the script, not the GPU",
+    )
     ap.add_argument("--timeout", type=int, default=900, help="seconds per part")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "gpu_smoke.jsonl")
@@ -203,8 +253,10 @@ def main() -> int:
             f.write(json.dumps(row) + "\n")
             if not row.get("ok"):
                 failed.append(name)
-    print(f"{'FAILED: ' + ', '.join(failed) if failed else 'all parts passed'}; wrote {args.out}",
-          file=sys.stderr)
+    print(
+        f"{'FAILED: ' + ', '.join(failed) if failed else 'all parts passed'}; wrote {args.out}",
+        file=sys.stderr,
+    )
     return 1 if failed else 0
 
 

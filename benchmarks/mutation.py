@@ -41,31 +41,64 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "core": ("algos/core.py", ["tests/algos/test_core.py", "tests/algos/test_objectives.py"]),
     # learner: its own tests and the off-policy-correction tests that run a Learner; the
     # killed-process resume test (a subprocess per run, minutes) is left out
-    "learner": ("algos/learner.py", ["tests/algos/test_learner.py",
-                                     "tests/algos/test_objectives.py", "-m", "not slow",
-                                     "-k", "not killed_process"]),
-    "trainer": ("algos/trainer.py", ["tests/algos/test_trainer_guards.py",
-                                     "tests/algos/test_trainer_faults.py",
-                                     "-k", "not ctrl_c"]),
+    "learner": (
+        "algos/learner.py",
+        [
+            "tests/algos/test_learner.py",
+            "tests/algos/test_objectives.py",
+            "-m",
+            "not slow",
+            "-k",
+            "not killed_process",
+        ],
+    ),
+    "trainer": (
+        "algos/trainer.py",
+        [
+            "tests/algos/test_trainer_guards.py",
+            "tests/algos/test_trainer_faults.py",
+            "-k",
+            "not ctrl_c",
+        ],
+    ),
     # scoring (split out of the trainer): rewards, failure masking, advantages, filters
-    "scoring": ("algos/scoring.py", ["tests/algos/test_scoring.py",
-                                     "tests/algos/test_objectives.py",
-                                     "tests/algos/test_loud_failure.py",
-                                     "tests/algos/test_trainer_guards.py", "-k", "not ctrl_c"]),
+    "scoring": (
+        "algos/scoring.py",
+        [
+            "tests/algos/test_scoring.py",
+            "tests/algos/test_objectives.py",
+            "tests/algos/test_loud_failure.py",
+            "tests/algos/test_trainer_guards.py",
+            "-k",
+            "not ctrl_c",
+        ],
+    ),
     # rollouts (split out of the trainer): task sampling, one iteration's rounds with the
     # dynamic-sampling refill, the solve count; the trainer tests that drive collect()
-    "rollouts": ("algos/rollouts.py", ["tests/algos/test_rollouts.py",
-                                       "tests/algos/test_trainer_guards.py",
-                                       "tests/algos/test_trainer_faults.py",
-                                       "tests/algos/test_loud_failure.py",
-                                       "-k", "not ctrl_c"]),
+    "rollouts": (
+        "algos/rollouts.py",
+        [
+            "tests/algos/test_rollouts.py",
+            "tests/algos/test_trainer_guards.py",
+            "tests/algos/test_trainer_faults.py",
+            "tests/algos/test_loud_failure.py",
+            "-k",
+            "not ctrl_c",
+        ],
+    ),
     # grading: the local-backend outcome and tamper tests (bubblewrap, seconds each; the
     # Docker ones left out) and the pure ones
-    "grading": ("swe_gym/grading.py", ["tests/swe_gym/test_grading.py",
-                                       "tests/swe_gym/test_grading_outcomes.py",
-                                       "tests/swe_gym/test_grading_testinfra.py",
-                                       "tests/security/test_grading_tamper.py",
-                                       "-k", "not docker"]),
+    "grading": (
+        "swe_gym/grading.py",
+        [
+            "tests/swe_gym/test_grading.py",
+            "tests/swe_gym/test_grading_outcomes.py",
+            "tests/swe_gym/test_grading_testinfra.py",
+            "tests/security/test_grading_tamper.py",
+            "-k",
+            "not docker",
+        ],
+    ),
 }
 
 
@@ -75,8 +108,13 @@ def prepare(module: str, work: Path) -> tuple[Path, list[str]]:
     tests = [t for t in tests if not t.endswith(".py") or (ROOT / t).exists()]  # before/after
     dest = work / module
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
-        ".git", "mutants", "runs", "eval_out", "__pycache__", ".ruff_cache", "*.egg-info"))
+    shutil.copytree(
+        ROOT,
+        dest,
+        ignore=shutil.ignore_patterns(
+            ".git", "mutants", "runs", "eval_out", "__pycache__", ".ruff_cache", "*.egg-info"
+        ),
+    )
     package = path.split("/")[0]
     config = {
         "source_paths": [f"{package}/"],
@@ -94,8 +132,13 @@ def prepare(module: str, work: Path) -> tuple[Path, list[str]]:
 
 def statuses(dest: Path, env: dict[str, str]) -> dict[str, str]:
     """mutant name -> killed / survived / timeout / not checked / no tests, in a copy."""
-    res = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
-                         cwd=dest, env=env, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=dest,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     status: dict[str, str] = {}
     for line in res.stdout.splitlines():
         name, sep, state = line.strip().rpartition(": ")
@@ -104,8 +147,15 @@ def statuses(dest: Path, env: dict[str, str]) -> dict[str, str]:
     return status
 
 
-def run(module: str, work: Path, minutes: float, only: list[str], children: int,
-        resume: bool = False, earlier: dict | None = None) -> dict:
+def run(
+    module: str,
+    work: Path,
+    minutes: float,
+    only: list[str],
+    children: int,
+    resume: bool = False,
+    earlier: dict | None = None,
+) -> dict:
     """One mutmut run over ``module``. ``resume``: continue in the existing copy (its verdicts
     stand, mutmut checks the rest). ``earlier``: a previous result of this module; only its
     survivors and unchecked mutants run (with today's tests), its killed ones count as killed:
@@ -116,14 +166,20 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int,
         dest = work / module
         tests = json.loads((dest / "mutation-tests.json").read_text())
         if only:  # mutmut reruns every mutant it is named: name only the unchecked ones
-            only = [n for n, st in statuses(dest, {**env, "PYTHONPATH": str(dest)}).items()
-                    if st == "not checked" and any(fnmatch.fnmatchcase(n, g) for g in only)]
+            only = [
+                n
+                for n, st in statuses(dest, {**env, "PYTHONPATH": str(dest)}).items()
+                if st == "not checked" and any(fnmatch.fnmatchcase(n, g) for g in only)
+            ]
     else:
         dest, tests = prepare(module, work)
         (dest / "mutation-tests.json").write_text(json.dumps(tests))
     if earlier is not None:  # (within the --only sample, when one is given)
-        only = [n for n in earlier["survivors"] + earlier.get("not_checked", [])
-                if not only or any(fnmatch.fnmatchcase(n, g) for g in only)]
+        only = [
+            n
+            for n in earlier["survivors"] + earlier.get("not_checked", [])
+            if not only or any(fnmatch.fnmatchcase(n, g) for g in only)
+        ]
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *only]
     env["PYTHONPATH"] = str(dest)
     t0 = time.monotonic()
@@ -131,8 +187,15 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int,
     if sample and not only:
         pass  # the sample holds nothing left to check (no names: mutmut would run them all)
     else:
-        proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=dest,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             _, err = proc.communicate(timeout=minutes * 60)
         except subprocess.TimeoutExpired:  # the time box: stop the run, keep what it checked
@@ -153,31 +216,50 @@ def run(module: str, work: Path, minutes: float, only: list[str], children: int,
     timeouts = counts.get("timeout", 0)
     checked = killed + survived + timeouts
     return {
-        "module": MODULES[module][0], "tests": tests, "only": sample,
-        "wall_s": round(wall, 1), "time_boxed": timed_out, "counts": counts,
-        "checked": checked, "total": earlier["total"] if earlier else len(status),
+        "module": MODULES[module][0],
+        "tests": tests,
+        "only": sample,
+        "wall_s": round(wall, 1),
+        "time_boxed": timed_out,
+        "counts": counts,
+        "checked": checked,
+        "total": earlier["total"] if earlier else len(status),
         "score": (killed + timeouts) / checked if checked else None,
         "survivors": sorted(n for n, s in status.items() if s == "survived"),
         "not_checked": sorted(n for n, s in status.items() if s == "not checked"),
         "after": earlier is not None,
-        "copy": str(dest), "stderr_tail": (err or "")[-2000:] if not checked else "",
+        "copy": str(dest),
+        "stderr_tail": (err or "")[-2000:] if not checked else "",
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("modules", nargs="*", default=list(MODULES),
-                    help=f"any of: {', '.join(MODULES)} (default: all)")
+    ap.add_argument(
+        "modules",
+        nargs="*",
+        default=list(MODULES),
+        help=f"any of: {', '.join(MODULES)} (default: all)",
+    )
     ap.add_argument("--minutes", type=float, default=15.0, help="time box per module")
     ap.add_argument("--only", nargs="*", default=[], help="mutant-name globs (sampling)")
     ap.add_argument("--max-children", type=int, default=1, help="parallel test processes")
-    ap.add_argument("--label", default="", help="suffix of the result's key in the JSON "
-                    "(e.g. 'before': keeps a score beside a later run's)")
-    ap.add_argument("--resume", action="store_true",
-                    help="continue a time-boxed run in its copy (same tests)")
-    ap.add_argument("--after", metavar="LABEL", default=None,
-                    help="rerun only the survivors and unchecked mutants of the result "
-                    "MODULE-LABEL in the JSON, with the current tests")
+    ap.add_argument(
+        "--label",
+        default="",
+        help="suffix of the result's key in the JSON "
+        "(e.g. 'before': keeps a score beside a later run's)",
+    )
+    ap.add_argument(
+        "--resume", action="store_true", help="continue a time-boxed run in its copy (same tests)"
+    )
+    ap.add_argument(
+        "--after",
+        metavar="LABEL",
+        default=None,
+        help="rerun only the survivors and unchecked mutants of the result "
+        "MODULE-LABEL in the JSON, with the current tests",
+    )
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "swe-gym-mutation"))
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
@@ -187,23 +269,28 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / "mutation.json"
     results: dict = {}
-    print(f"{'module':>20} {'mutants':>7} {'checked':>7} {'killed':>6} {'survived':>8} "
-          f"{'timeout':>7} {'score':>6} {'wall s':>7}")
+    print(
+        f"{'module':>20} {'mutants':>7} {'checked':>7} {'killed':>6} {'survived':>8} "
+        f"{'timeout':>7} {'score':>6} {'wall s':>7}"
+    )
     previous = json.loads(out_path.read_text()) if out_path.exists() else {}
     for module in args.modules:
         earlier = None
         if args.after is not None:
             earlier = previous.get(f"{module}-{args.after}")
             if earlier is None:
-                ap.error(f"no result {module}-{args.after!s} in {out_path}; "
-                         f"have: {', '.join(previous)}")
+                ap.error(
+                    f"no result {module}-{args.after!s} in {out_path}; have: {', '.join(previous)}"
+                )
         r = run(module, work, args.minutes, args.only, args.max_children, args.resume, earlier)
         results[f"{module}-{args.label}" if args.label else module] = r
         c = r["counts"]
         score = f"{100 * r['score']:5.1f}%" if r["score"] is not None else "    -"
-        print(f"{r['module']:>20} {r['total']:>7} {r['checked']:>7} {c.get('killed', 0):>6} "
-              f"{c.get('survived', 0):>8} {c.get('timeout', 0):>7} {score:>6} "
-              f"{r['wall_s']:>7.0f}{' (time box)' if r['time_boxed'] else ''}")
+        print(
+            f"{r['module']:>20} {r['total']:>7} {r['checked']:>7} {c.get('killed', 0):>6} "
+            f"{c.get('survived', 0):>8} {c.get('timeout', 0):>7} {score:>6} "
+            f"{r['wall_s']:>7.0f}{' (time box)' if r['time_boxed'] else ''}"
+        )
         if r["stderr_tail"]:
             print(r["stderr_tail"], file=sys.stderr)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -50,13 +50,19 @@ def stage_stats(out: Path, wall: float) -> dict[str, Any]:
     for t in trajs:
         reasons[t.finish_reason] = reasons.get(t.finish_reason, 0) + 1
     return {
-        "pass@1": s["pass@1"], "stderr": s["pass@1_stderr"], "per_run": s["pass@1_per_run"],
-        "episodes": s["num_tasks"] * s["runs"], "wall_s": wall,
+        "pass@1": s["pass@1"],
+        "stderr": s["pass@1_stderr"],
+        "per_run": s["pass@1_per_run"],
+        "episodes": s["num_tasks"] * s["runs"],
+        "wall_s": wall,
         "resolved": sum(p["resolved"] for p in s["per_task"].values()),
-        "format_valid_rate": s.get("format_valid_rate"), "turns": s.get("turns"),
-        "tokens_per_trajectory": mean_tokens, "shared_prompt_tokens": prefix,
+        "format_valid_rate": s.get("format_valid_rate"),
+        "turns": s.get("turns"),
+        "tokens_per_trajectory": mean_tokens,
+        "shared_prompt_tokens": prefix,
         "shared_prompt_share": (prefix / mean_tokens) if mean_tokens else None,
-        "finish_reasons": reasons, "trajectories": rel(out / "trajectories.jsonl"),
+        "finish_reasons": reasons,
+        "trajectories": rel(out / "trajectories.jsonl"),
     }
 
 
@@ -66,54 +72,97 @@ def gain(a: dict, b: dict) -> dict[str, Any]:
     se = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
     # non-overlapping 2-s.e. intervals: the issue's bar for "RFT beats base"
     apart = b["pass@1"] - 2 * b["stderr"] > a["pass@1"] + 2 * a["stderr"]
-    return {"gain": diff, "stderr": se, "above_2se": bool(diff > 2 * se and diff > 0),
-            "intervals_apart": bool(apart)}
+    return {
+        "gain": diff,
+        "stderr": se,
+        "above_2se": bool(diff > 2 * se and diff > 0),
+        "intervals_apart": bool(apart),
+    }
 
 
 def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def report(cfg: dict, tasks: dict, stages: list[dict], rft_rows: list[dict],
-           dapo_rows: list[dict], wall: float) -> dict[str, Any]:
+def report(
+    cfg: dict,
+    tasks: dict,
+    stages: list[dict],
+    rft_rows: list[dict],
+    dapo_rows: list[dict],
+    wall: float,
+) -> dict[str, Any]:
     """Print the table and return the result to save."""
-    head = ("stage", "held-out pass@1", "resolved", "format-valid", "tokens/traj",
-            "shared prompt", "train resolve", "wall")
+    head = (
+        "stage",
+        "held-out pass@1",
+        "resolved",
+        "format-valid",
+        "tokens/traj",
+        "shared prompt",
+        "train resolve",
+        "wall",
+    )
     lines = [head]
     for s in stages:
         h = s["held_out"]
         tr = s["train_resolve_rate"]
-        lines.append((
-            s["stage"], f"{h['pass@1']:.3f} ± {h['stderr']:.3f}",
-            f"{h['resolved']}/{h['episodes']}", _fmt(h["format_valid_rate"], ".3f"),
-            _fmt(h["tokens_per_trajectory"], ".0f"), _fmt(h["shared_prompt_share"], ".0%"),
-            _fmt(tr, ".3f"), f"{s['wall_s'] / 60:.1f} min"))
+        lines.append(
+            (
+                s["stage"],
+                f"{h['pass@1']:.3f} ± {h['stderr']:.3f}",
+                f"{h['resolved']}/{h['episodes']}",
+                _fmt(h["format_valid_rate"], ".3f"),
+                _fmt(h["tokens_per_trajectory"], ".0f"),
+                _fmt(h["shared_prompt_share"], ".0%"),
+                _fmt(tr, ".3f"),
+                f"{s['wall_s'] / 60:.1f} min",
+            )
+        )
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     for r in lines:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)))
-    gains = {"rft_vs_base": gain(stages[0]["held_out"], stages[1]["held_out"]),
-             "dapo_vs_rft": gain(stages[1]["held_out"], stages[2]["held_out"])}
+    gains = {
+        "rft_vs_base": gain(stages[0]["held_out"], stages[1]["held_out"]),
+        "dapo_vs_rft": gain(stages[1]["held_out"], stages[2]["held_out"]),
+    }
     d = stages[1]["data"]
-    print(f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
-          f", {d['oracle_resolved']} oracle runs; "
-          f"{int(d.get('epochs_run', 0))} epochs, {int(d.get('steps', 0))} steps")
+    print(
+        f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
+        f", {d['oracle_resolved']} oracle runs; "
+        f"{int(d.get('epochs_run', 0))} epochs, {int(d.get('steps', 0))} steps"
+    )
     probe = [(int(r["epoch"]), r["format_valid"]) for r in rft_rows if "format_valid" in r]
     if probe:
         kind = cfg["rft"].get("probe", "greedy")
-        print(f"RFT format-valid per epoch ({kind} probe, {cfg['rft'].get('probe_contexts')} "
-              "training turns; epoch 0 = before training): "
-              + ", ".join(f"{e}: {v:.3f}" for e, v in probe))
+        print(
+            f"RFT format-valid per epoch ({kind} probe, {cfg['rft'].get('probe_contexts')} "
+            "training turns; epoch 0 = before training): "
+            + ", ".join(f"{e}: {v:.3f}" for e, v in probe)
+        )
     for k, g in gains.items():
-        print(f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
-              f"{'above' if g['above_2se'] else 'not above'} two standard errors; 2-s.e. "
-              f"intervals {'apart' if g['intervals_apart'] else 'overlap'}")
-    print("wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "
-          "+ SFT; DAPO: its run); held-out evaluations of RFT and DAPO are listed apart")
-    print(f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
-          f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min")
-    return {"config": {k: v for k, v in cfg.items() if not k.startswith("_")}, "tasks": tasks,
-            "stages": stages, "gains": gains, "rft_metrics": rft_rows,
-            "dapo_metrics": dapo_rows, "wall_s": wall}
+        print(
+            f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
+            f"{'above' if g['above_2se'] else 'not above'} two standard errors; 2-s.e. "
+            f"intervals {'apart' if g['intervals_apart'] else 'overlap'}"
+        )
+    print(
+        "wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "
+        "+ SFT; DAPO: its run); held-out evaluations of RFT and DAPO are listed apart"
+    )
+    print(
+        f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
+        f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min"
+    )
+    return {
+        "config": {k: v for k, v in cfg.items() if not k.startswith("_")},
+        "tasks": tasks,
+        "stages": stages,
+        "gains": gains,
+        "rft_metrics": rft_rows,
+        "dapo_metrics": dapo_rows,
+        "wall_s": wall,
+    }
 
 
 def plot(result: dict, out: Path) -> Path:
@@ -125,11 +174,21 @@ def plot(result: dict, out: Path) -> Path:
 
     fig, axes = plt.subplots(1, 3, figsize=(12.6, 3.2))
     st = result["stages"]
-    axes[0].errorbar(range(len(st)), [s["held_out"]["pass@1"] for s in st],
-                     yerr=[2 * s["held_out"]["stderr"] for s in st], marker="o", capsize=4,
-                     label="pass@1")
-    axes[0].plot(range(len(st)), [s["held_out"]["format_valid_rate"] or 0 for s in st],
-                 marker="s", ls="--", label="format-valid")
+    axes[0].errorbar(
+        range(len(st)),
+        [s["held_out"]["pass@1"] for s in st],
+        yerr=[2 * s["held_out"]["stderr"] for s in st],
+        marker="o",
+        capsize=4,
+        label="pass@1",
+    )
+    axes[0].plot(
+        range(len(st)),
+        [s["held_out"]["format_valid_rate"] or 0 for s in st],
+        marker="s",
+        ls="--",
+        label="format-valid",
+    )
     axes[0].set_xticks(range(len(st)), [s["stage"] for s in st])
     axes[0].set_ylim(-0.05, 1.05)
     axes[0].set_title("held-out (± 2 s.e.)", fontsize=9)
@@ -144,8 +203,11 @@ def plot(result: dict, out: Path) -> Path:
     axes[1].set_title("RFT", fontsize=9)
     axes[1].legend(fontsize=8)
     for key in ("reward_mean", "resolved_rate"):
-        pts = [(r["iteration"], r[key]) for r in result["dapo_metrics"]
-               if isinstance(r.get(key), int | float)]
+        pts = [
+            (r["iteration"], r[key])
+            for r in result["dapo_metrics"]
+            if isinstance(r.get(key), int | float)
+        ]
         if pts:
             axes[2].plot(*zip(*pts, strict=True), marker="o", label=key)
     axes[2].set_title("DAPO per iteration (training tasks)", fontsize=9)

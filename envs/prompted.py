@@ -31,15 +31,16 @@ def cut_middle(text: str, limit: int) -> str:
         return text
     keep = max(0, limit - len(CUT_MARK.format(n=len(text))))
     head = keep // 2
-    return text[:head] + CUT_MARK.format(n=len(text) - keep) + text[len(text) - (keep - head):]
+    return text[:head] + CUT_MARK.format(n=len(text) - keep) + text[len(text) - (keep - head) :]
 
 
 class PromptStyle(gym.Wrapper[str, str, str, str]):
     """Rewrites the prompt text of a ``SWEEnv`` (see the module docstring); rewards, ends and
     grading are the wrapped env's."""
 
-    def __init__(self, env: gym.Env, prompt: str = "full",
-                 max_observation_chars: int | None = None):
+    def __init__(
+        self, env: gym.Env, prompt: str = "full", max_observation_chars: int | None = None
+    ):
         super().__init__(env)
         if prompt not in PROMPTS:
             raise unknown_choice("prompt", prompt, PROMPTS)
@@ -51,13 +52,15 @@ class PromptStyle(gym.Wrapper[str, str, str, str]):
         if prompt == "compact":  # the agent reads it from info["system_prompt"]; keep both equal
             base.system_prompt = compact_system_prompt(base.action_format)
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         base: Any = self.env.unwrapped
         if self.prompt == "compact":
-            obs = compact_task_prompt(base.task.problem_statement, base.sandbox.workdir,
-                                      base.max_turns)
+            obs = compact_task_prompt(
+                base.task.problem_statement, base.sandbox.workdir, base.max_turns
+            )
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -67,8 +70,9 @@ class PromptStyle(gym.Wrapper[str, str, str, str]):
         return obs, float(reward), terminated, truncated, info
 
 
-def make_swe_env(*args: Any, prompt: str = "full", max_observation_chars: int | None = None,
-                 **kwargs: Any) -> gym.Env:
+def make_swe_env(
+    *args: Any, prompt: str = "full", max_observation_chars: int | None = None, **kwargs: Any
+) -> gym.Env:
     """``SWEEnv(*args, **kwargs)``, wrapped in ``PromptStyle`` unless both options are default."""
     env = SWEEnv(*args, **kwargs)
     if prompt == "full" and max_observation_chars is None:
@@ -76,14 +80,15 @@ def make_swe_env(*args: Any, prompt: str = "full", max_observation_chars: int | 
     return PromptStyle(env, prompt, max_observation_chars)
 
 
-
 # SWEEnv's keywords plus ours, so callers that inspect what the env takes (algos.rollouts.
 # env_accepts) see the real names rather than a catch-all **kwargs.
 _params = list(inspect.signature(SWEEnv.__init__).parameters.values())[1:]
-make_swe_env.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-    *_params,
-    inspect.Parameter("prompt", inspect.Parameter.KEYWORD_ONLY, default="full"),
-    inspect.Parameter("max_observation_chars", inspect.Parameter.KEYWORD_ONLY, default=None),
-])
+make_swe_env.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        *_params,
+        inspect.Parameter("prompt", inspect.Parameter.KEYWORD_ONLY, default="full"),
+        inspect.Parameter("max_observation_chars", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ]
+)
 
 __all__ = ["PromptStyle", "cut_middle", "make_swe_env"]

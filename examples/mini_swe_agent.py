@@ -54,26 +54,44 @@ _EXIT_CODE = re.compile(r"^\[exit code (-?\d+)\]$", re.M)
 class GatewayModel:
     """mini-swe-agent's Model protocol: text actions, the ``openai`` client, no tools."""
 
-    def __init__(self, base_url: str, api_key: str, model: str, *, observation_template: str,
-                 format_error_template: str, action_regex: str = ACTION_REGEX, **_: Any):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        *,
+        observation_template: str,
+        format_error_template: str,
+        action_regex: str = ACTION_REGEX,
+        **_: Any,
+    ):
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-        self.config = {"model_name": model, "action_regex": action_regex,
-                       "observation_template": observation_template,
-                       "format_error_template": format_error_template}
+        self.config = {
+            "model_name": model,
+            "action_regex": action_regex,
+            "observation_template": observation_template,
+            "format_error_template": format_error_template,
+        }
 
     def query(self, messages: list[dict], **kwargs: Any) -> dict:
         api_messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         response = self.client.chat.completions.create(
-            model=self.config["model_name"], messages=api_messages, **kwargs)
+            model=self.config["model_name"], messages=api_messages, **kwargs
+        )
         choice = response.choices[0]
         content = choice.message.content or ""
-        extra = {"response": response.model_dump(mode="json"), "cost": 0.0,
-                 "timestamp": time.time()}
+        extra = {
+            "response": response.model_dump(mode="json"),
+            "cost": 0.0,
+            "timestamp": time.time(),
+        }
         try:
             actions = parse_regex_actions(
-                content, action_regex=self.config["action_regex"],
+                content,
+                action_regex=self.config["action_regex"],
                 format_error_template=self.config["format_error_template"],
-                template_kwargs={"finish_reason": choice.finish_reason})
+                template_kwargs={"finish_reason": choice.finish_reason},
+            )
         except FormatError as e:
             e.messages[0]["extra"].update(extra)
             raise
@@ -82,11 +100,14 @@ class GatewayModel:
     def format_message(self, **kwargs: Any) -> dict:
         return dict(kwargs)
 
-    def format_observation_messages(self, message: dict, outputs: list[dict],
-                                    template_vars: dict | None = None) -> list[dict]:
+    def format_observation_messages(
+        self, message: dict, outputs: list[dict], template_vars: dict | None = None
+    ) -> list[dict]:
         return format_observation_messages(
-            outputs, observation_template=self.config["observation_template"],
-            template_vars=template_vars)
+            outputs,
+            observation_template=self.config["observation_template"],
+            template_vars=template_vars,
+        )
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return dict(self.config, **kwargs)
@@ -113,18 +134,24 @@ class GymEnvironment:
         command = action.get("command", "").strip()
         submit = SUBMIT_SENTINEL in command or command == "submit"
         obs, reward, terminated, truncated, info = self.env.step(
-            _fenced("submit" if submit else command))
+            _fenced("submit" if submit else command)
+        )
         if terminated or truncated:
             self.ended = True
             patch = info.get("patch") or ""
             status = "Submitted" if terminated else "LimitsExceeded"
-            exit_message = {"role": "exit", "content": patch,
-                            "extra": {"exit_status": status, "submission": patch,
-                                      "reward": float(reward)}}
+            exit_message = {
+                "role": "exit",
+                "content": patch,
+                "extra": {"exit_status": status, "submission": patch, "reward": float(reward)},
+            }
             raise (Submitted if terminated else LimitsExceeded)(exit_message)
         code = _EXIT_CODE.search(obs)
-        return {"output": obs, "returncode": int(code.group(1)) if code else 0,
-                "exception_info": ""}  # an invalid action: the env's observation says why
+        return {
+            "output": obs,
+            "returncode": int(code.group(1)) if code else 0,
+            "exception_info": "",
+        }  # an invalid action: the env's observation says why
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**platform.uname()._asdict(), **kwargs}  # its templates name the system
@@ -133,16 +160,20 @@ class GymEnvironment:
         return {"info": {"config": {"environment_type": "GymEnvironment"}}}
 
 
-def make_agent(base_url: str, api_key: str, model: str,
-               config: str = "mini_textbased") -> Callable[[gym.Env], dict]:
+def make_agent(
+    base_url: str, api_key: str, model: str, config: str = "mini_textbased"
+) -> Callable[[gym.Env], dict]:
     """A program that plays one episode with mini-swe-agent's ``DefaultAgent``."""
     cfg = yaml.safe_load(get_config_path(config).read_text())
 
     def play(env: gym.Env) -> dict:
         observation, _info = env.reset()
         gym_env = GymEnvironment(env)
-        agent = DefaultAgent(GatewayModel(base_url, api_key, model, **cfg.get("model", {})),
-                             gym_env, **cfg.get("agent", {}))
+        agent = DefaultAgent(
+            GatewayModel(base_url, api_key, model, **cfg.get("model", {})),
+            gym_env,
+            **cfg.get("agent", {}),
+        )
         result = agent.run(task=observation)
         if not gym_env.ended:  # an early quit: submit the work as it is
             try:

@@ -163,7 +163,9 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         return
     report.dropped = revert_test_infra(sandbox, task.base_commit, task.test_files, env.modules)
     restore_test_files(sandbox, task)
-    test_method, test_log = apply_patch(sandbox, task.test_patch, "test", task.base_commit, strict=False)
+    test_method, test_log = apply_patch(
+        sandbox, task.test_patch, "test", task.base_commit, strict=False
+    )
     sandbox.run(f"rm -rf {shlex.quote(sandbox.workdir)}/{_PATCH_DIR}", timeout=30)
     if test_method is None:
         report.reason, report.log_tail = "test_patch_failed", test_log[-4000:]

@@ -100,7 +100,12 @@ def oracle_calls(task: Task, explore: bool = True) -> list[ToolCall]:
             if any(h.startswith("\\") for hunk in fd.hunks for h in hunk):
                 calls.append(_git_apply(fd))
             else:
-                calls.append(ToolCall("str_replace_editor", {"command": "create", "path": fd.path, "file_text": "\n".join(body)}))
+                calls.append(
+                    ToolCall(
+                        "str_replace_editor",
+                        {"command": "create", "path": fd.path, "file_text": "\n".join(body)},
+                    )
+                )
             continue
         if explore:
             calls.append(ToolCall("str_replace_editor", {"command": "view", "path": fd.path}))
@@ -116,7 +121,12 @@ def oracle_calls(task: Task, explore: bool = True) -> list[ToolCall]:
             if ambiguous:
                 edits = [_git_apply(fd)]
                 break
-            edits.append(ToolCall("str_replace_editor", {"command": "str_replace", "path": fd.path, "old_str": old_s, "new_str": new_s}))
+            edits.append(
+                ToolCall(
+                    "str_replace_editor",
+                    {"command": "str_replace", "path": fd.path, "old_str": old_s, "new_str": new_s},
+                )
+            )
         calls.extend(edits)
     if explore:
         calls.append(ToolCall("bash", {"command": "git diff --stat"}))
@@ -128,6 +138,8 @@ def oracle_actions(task: Task, action_format: str = "fenced", explore: bool = Tr
     """The oracle's replies as raw text, each with a line of reasoning before the command."""
     out = []
     for call in oracle_calls(task, explore):
-        what = call.args.get("command", call.tool) if call.tool == "str_replace_editor" else call.tool
+        what = (
+            call.args.get("command", call.tool) if call.tool == "str_replace_editor" else call.tool
+        )
         out.append(f"Next step ({what}).\n{format_action(call, action_format)}")
     return out

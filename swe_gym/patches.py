@@ -130,4 +130,3 @@ def patch_paths(patch: str) -> list[str]:
 
     files = patch_files(patch)
     return files + [f + suffix for f in files for suffix in (".rej", ".orig")]
-

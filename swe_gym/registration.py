@@ -17,7 +17,10 @@ ENV_SPECS: dict[str, tuple[str, dict]] = {
         "envs.prompted:make_swe_env",
         {"tasks": "SWE-bench/SWE-bench_Verified", "split": "test", "backend": "docker"},
     ),
-    "SWEGym-v0": ("envs.prompted:make_swe_env", {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"}),
+    "SWEGym-v0": (
+        "envs.prompted:make_swe_env",
+        {"tasks": "SWE-Gym/SWE-Gym", "split": "train", "backend": "docker"},
+    ),
     "SWERL-v0": ("envs.swerl_env:SWERLEnv", {"tasks": "starter"}),
     "ToyKeyword-v0": ("envs.toy:ToyKeywordEnv", {}),
 }
@@ -27,4 +30,6 @@ def register_all() -> None:
     for env_id, (entry_point, kwargs) in ENV_SPECS.items():
         if env_id not in gymnasium.registry:
             # No max_episode_steps: the env truncates itself at max_turns and grades the diff.
-            gymnasium.register(env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=True)
+            gymnasium.register(
+                env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=True
+            )

@@ -12,19 +12,31 @@ import pytest
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
 CALC_FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 TESTS = "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"
-TESTS_NEW = TESTS.replace("from calc import sub", "from calc import add, sub") + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+TESTS_NEW = (
+    TESTS.replace("from calc import sub", "from calc import add, sub")
+    + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+)
 
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
 }
 
 
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, **_GIT_ENV}
-    return subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def diff_of(repo: Path, path: str, new_text: str) -> str:
@@ -60,7 +72,10 @@ def mini_repo(tmp_path_factory) -> tuple[dict, Path]:
         "test_patch": diff_of(repo, "tests/test_calc.py", TESTS_NEW),
         "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
         "PASS_TO_PASS": ["tests/test_calc.py::test_sub"],
-        "install_config": {"test_cmd": "python -m pytest -rA -p no:cacheprovider", "log_parser": "parse_log_pytest"},
+        "install_config": {
+            "test_cmd": "python -m pytest -rA -p no:cacheprovider",
+            "log_parser": "parse_log_pytest",
+        },
     }
     return row, repos
 
@@ -100,16 +115,17 @@ def _allowed(node) -> bool:
 def _fail_skip(report, where: str) -> None:
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = (f"{where} was skipped under CI=true ({reason}); CI must run it: install "
-                       "what it needs, or mark it @pytest.mark.gpu if it needs other hardware")
+    report.longrepr = (
+        f"{where} was skipped under CI=true ({reason}); CI must run it: install "
+        "what it needs, or mark it @pytest.mark.gpu if it needs other hardware"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if (report.skipped and _in_ci() and not hasattr(report, "wasxfail")
-            and not _allowed(item)):
+    if report.skipped and _in_ci() and not hasattr(report, "wasxfail") and not _allowed(item):
         _fail_skip(report, item.nodeid)
 
 

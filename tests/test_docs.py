@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = ["ARCHITECTURE.md", "CONTRIBUTING.md", "SECURITY.md",
-          *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+GUIDES = [
+    "ARCHITECTURE.md",
+    "CONTRIBUTING.md",
+    "SECURITY.md",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+]
 PACKAGES = ("swe_gym", "envs", "agents", "algos")
 # Where code and docs may cite the methods page.
 CITING_DIRS = (*PACKAGES, "tests", "benchmarks", "examples", "scripts", "docs")
@@ -78,8 +82,12 @@ def test_guides_name_paths_that_exist(guide):
 
 
 def _citing_files() -> list[Path]:
-    files = [p for d in CITING_DIRS for p in (ROOT / d).rglob("*")
-             if p.suffix in CITING_SUFFIXES and p.is_file()]
+    files = [
+        p
+        for d in CITING_DIRS
+        for p in (ROOT / d).rglob("*")
+        if p.suffix in CITING_SUFFIXES and p.is_file()
+    ]
     return files + sorted(ROOT.glob("*.md"))
 
 
@@ -110,8 +118,11 @@ def test_methods_citations_name_sections_that_exist():
     text = METHODS.read_text(encoding="utf-8")
     anchors = heading_anchors(text)
     assert {"grpo", "dapo", "rft", "kl-estimators", "gspo", "rloo"} <= anchors
-    missing = [f"(#{a}) in docs/methods.md" for a in re.findall(r"\]\(#([\w-]+)\)", text)
-               if a not in anchors]
+    missing = [
+        f"(#{a}) in docs/methods.md"
+        for a in re.findall(r"\]\(#([\w-]+)\)", text)
+        if a not in anchors
+    ]
     cited = 0
     for path in _citing_files():
         body = path.read_text(encoding="utf-8", errors="replace")

@@ -356,13 +356,17 @@ class SessionRecorder:
                 "top_p": params.top_p,
                 "max_new_tokens": params.max_new_tokens,
             }
-            traj.turns.append(Turn.of_reply(
-                gen, delta, model_s, invalid_action=bool(why),
-                invalid_reason=f"{PREFIX_FAILED}: {why}" if why else None,
-                wall_s=time.perf_counter() - started,
-            ))
-            content, calls = (parse_tool_calls(gen.text, self.tool_form) if tools
-                              else (gen.text, []))
+            traj.turns.append(
+                Turn.of_reply(
+                    gen,
+                    delta,
+                    model_s,
+                    invalid_action=bool(why),
+                    invalid_reason=f"{PREFIX_FAILED}: {why}" if why else None,
+                    wall_s=time.perf_counter() - started,
+                )
+            )
+            content, calls = parse_tool_calls(gen.text, self.tool_form) if tools else (gen.text, [])
             reply: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:  # stored as the client will echo it back (normalize_message)
                 reply["tool_calls"] = normalize_tool_calls(calls, "reply")

@@ -112,8 +112,10 @@ def normalize_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
 def _wire_call(data: Any, args_key: str) -> dict[str, Any] | None:
     """One parsed call in OpenAI's wire form, or None unless ``{"name": str, args_key: {...}}``."""
     args = data.get(args_key, {}) if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
-        args, dict
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("name"), str)
+        or not isinstance(args, dict)
     ):
         return None
     return {

@@ -164,8 +164,7 @@ class OracleModel(ScriptedModel):
         with self._lock:
             actions = self._actions.get(task.instance_id)
         if actions is None:
-            actions = oracle_actions(task, action_format=self.action_format,
-                                     explore=self.explore)
+            actions = oracle_actions(task, action_format=self.action_format, explore=self.explore)
             with self._lock:
                 self._actions[task.instance_id] = actions
         turn = _turn(conversation)

@@ -284,8 +284,9 @@ class TransformersModel:
             check_prompt(conversation)
         return self._run_requests(list(zip(conversations, params, strict=True)))
 
-    def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path,
-                       version: int | None = None) -> int:
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | str | Path, version: int | None = None
+    ) -> int:
         """Load new weights (a state dict, a ``.safetensors`` file or a folder of them) between
         two batches, without stopping concurrent ``generate`` calls (module docstring); returns
         the new ``policy_version`` (``version``, default: the current one + 1). Blocks until

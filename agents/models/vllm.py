@@ -116,8 +116,9 @@ class VLLMModel:
 
             chosen = cpu_engine_dtype(dtype)
             if chosen != dtype:  # "auto" would compute in bf16: the ~50x scalar loop here
-                log.info("%s: dtype %s -> %s (this CPU has no fast bfloat16 GEMMs)",
-                         path, dtype, chosen)
+                log.info(
+                    "%s: dtype %s -> %s (this CPU has no fast bfloat16 GEMMs)", path, dtype, chosen
+                )
             dtype = chosen
             # Defaults only; an explicit environment wins (and vLLM reads these at engine start).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -173,8 +174,9 @@ class VLLMModel:
         self._put(("generate", prompt, self._vllm_params(params), future))
         return future.result()
 
-    def update_weights(self, weights: Mapping[str, Any] | str | Path,
-                       version: int | None = None) -> int:
+    def update_weights(
+        self, weights: Mapping[str, Any] | str | Path, version: int | None = None
+    ) -> int:
         """Load new weights in place: a state dict (HF names), a ``.safetensors`` file or a
         folder of them. Running requests finish on the old weights; requests submitted later
         use the new ones (module docstring). Resets the prefix cache. Returns the new
@@ -309,8 +311,7 @@ class VLLMModel:
                     future.set_exception(exc)
 
     @staticmethod
-    def _fail_all(running: dict[str, tuple[list[int], Future, int]],
-                  exc: BaseException) -> None:
+    def _fail_all(running: dict[str, tuple[list[int], Future, int]], exc: BaseException) -> None:
         for _, future, _ in running.values():
             future.set_exception(exc)
         running.clear()

@@ -137,7 +137,9 @@ def shard_packed_batch(
             raise ValueError(f"batch[{name!r}] has length {x.shape[1]} on dim 1, expected {t}")
         if tp > t:
             pad = torch.full(
-                (x.shape[0], tp - t, *x.shape[2:]), pads.get(name, 0), dtype=x.dtype,
+                (x.shape[0], tp - t, *x.shape[2:]),
+                pads.get(name, 0),
+                dtype=x.dtype,
                 device=x.device,
             )
             x = torch.cat([x, pad], dim=1)
@@ -212,8 +214,10 @@ class _RingAttention(torch.autograd.Function):
             p = torch.exp(s - _finite_or_zero(lse_b)[..., None])
             o_b = torch.einsum("bhgqk,bhkd->bhgqd", p, vv)
             new = torch.logaddexp(lse, lse_b)
-            out = (out * torch.exp(lse - new).nan_to_num(0.0)[..., None]
-                   + o_b * torch.exp(lse_b - new).nan_to_num(0.0)[..., None])
+            out = (
+                out * torch.exp(lse - new).nan_to_num(0.0)[..., None]
+                + o_b * torch.exp(lse_b - new).nan_to_num(0.0)[..., None]
+            )
             lse = new
             if pending is not None:
                 for w in pending:
@@ -325,8 +329,15 @@ def ring_attention(
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     q = query.float().reshape(b, hkv, h // hkv, t, d).contiguous()
     out = _RingAttention.apply(
-        q, key.float().contiguous(), value.float().contiguous(), scale, st.global_index, st.seq_ids, st.all_index,
-        st.all_seq, st.group,
+        q,
+        key.float().contiguous(),
+        value.float().contiguous(),
+        scale,
+        st.global_index,
+        st.seq_ids,
+        st.all_index,
+        st.all_seq,
+        st.group,
     )
     return out.reshape(b, h, t, d).to(query.dtype)
 

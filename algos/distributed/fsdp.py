@@ -118,9 +118,17 @@ def setup_distributed(cp: int = 1, device: str | None = None, backend: str | Non
     world, rank = dist.get_world_size(), dist.get_rank()
     mesh = init_device_mesh(device, (world // cp, cp), mesh_dim_names=("dp", "cp"))
     return DistContext(
-        rank=rank, world=world, local_rank=local_rank, dp=world // cp, cp=cp,
-        dp_rank=mesh.get_local_rank("dp"), cp_rank=mesh.get_local_rank("cp"), device=dev,
-        mesh=mesh, dp_group=mesh.get_group("dp"), cp_group=mesh.get_group("cp"),
+        rank=rank,
+        world=world,
+        local_rank=local_rank,
+        dp=world // cp,
+        cp=cp,
+        dp_rank=mesh.get_local_rank("dp"),
+        cp_rank=mesh.get_local_rank("cp"),
+        device=dev,
+        mesh=mesh,
+        dp_group=mesh.get_group("dp"),
+        cp_group=mesh.get_group("cp"),
     )
 
 
@@ -241,8 +249,9 @@ def all_reduce_sum(values: dict[str, float], ctx: DistContext) -> dict[str, floa
     if not ctx.distributed or not values:
         return dict(values)
     keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64,
-                     device=_comm_device(ctx))
+    t = torch.tensor(
+        [float(values[k]) for k in keys], dtype=torch.float64, device=_comm_device(ctx)
+    )
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist(), strict=True))
 
@@ -328,8 +337,9 @@ def load_checkpoint(
         msd, osd = get_state_dict(model, optimizer)
         state = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=str(ckpt_dir))
-        set_state_dict(model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
     else:
         state = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(ckpt_dir))
@@ -339,7 +349,9 @@ def load_checkpoint(
 
 
 def export_hf(
-    ckpt_dir: str | Path, out_dir: str | Path, dtype: torch.dtype | None = None,
+    ckpt_dir: str | Path,
+    out_dir: str | Path,
+    dtype: torch.dtype | None = None,
     tokenizer_dir: str | Path | None = None,
 ) -> Path:
     """Write one HF folder (config + safetensors) from a sharded DCP checkpoint.

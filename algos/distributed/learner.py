@@ -64,8 +64,15 @@ class _GatherCP(torch.autograd.Function):
 class DistributedLearner(Learner):
     """Learner whose model (and reference model) are FSDP2-sharded over ``ctx``'s mesh."""
 
-    def __init__(self, model: nn.Module, config: LearnerConfig, ctx: DistContext, *,
-                 ref_model: nn.Module | None = None, tokenizer: Any = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        config: LearnerConfig,
+        ctx: DistContext,
+        *,
+        ref_model: nn.Module | None = None,
+        tokenizer: Any = None,
+    ):
         self.ctx = ctx
         if ctx.cp > 1:
             cp_mod.use_cp_attention(model)
@@ -74,8 +81,9 @@ class DistributedLearner(Learner):
         # On CUDA, bf16 through FSDP2's mixed precision: parameters gathered in bf16 once per
         # layer (no per-op autocast casts), float32 master weights and gradient reduction.
         low = torch.bfloat16 if config.bf16 and ctx.device.type == "cuda" else None
-        model = shard_model(model, ctx, activation_checkpointing=config.grad_checkpointing,
-                            param_dtype=low)
+        model = shard_model(
+            model, ctx, activation_checkpointing=config.grad_checkpointing, param_dtype=low
+        )
         if ref_model is not None:
             ref_model = shard_model(ref_model, ctx)
         super().__init__(model, config, ref_model=ref_model, tokenizer=tokenizer)
@@ -100,8 +108,9 @@ class DistributedLearner(Learner):
         return batches
 
     @torch.no_grad()
-    def compute_logprobs(self, samples: Sequence[Sample], model: nn.Module | None = None, *,
-                         loss_only: bool = False):
+    def compute_logprobs(
+        self, samples: Sequence[Sample], model: nn.Module | None = None, *, loss_only: bool = False
+    ):
         # None where another DP rank owns it
         local = super().compute_logprobs(samples, model, loss_only=loss_only)
         if self.ctx.dp == 1:
@@ -110,11 +119,13 @@ class DistributedLearner(Learner):
         dist.all_gather_object(parts, local, group=self.ctx.dp_group)
         return [next(p[i] for p in parts if p[i] is not None) for i in range(len(samples))]
 
-    def _batch_logprobs(self, model: nn.Module, mb: MicroBatch, with_entropy: bool,
-                        loss_only: bool = False):
+    def _batch_logprobs(
+        self, model: nn.Module, mb: MicroBatch, with_entropy: bool, loss_only: bool = False
+    ):
         if self.ctx.cp == 1:
-            return call_model(model, lambda m: Learner._batch_logprobs(
-                self, m, mb, with_entropy, loss_only))
+            return call_model(
+                model, lambda m: Learner._batch_logprobs(self, m, mb, with_entropy, loss_only)
+            )
         # context parallel: every position (the loss reads its tokens only, so the same loss)
         lp_rows, ent_rows = call_model(model, self._cp_rows, mb, with_entropy)
         lp = lp_rows.reshape(-1)[mb.gather_index]
@@ -130,18 +141,35 @@ class DistributedLearner(Learner):
         tgt = torch.zeros_like(mb.input_ids)
         tgt[:, :-1] = mb.input_ids[:, 1:]
         sh = cp_mod.shard_packed_batch(
-            {"input_ids": mb.input_ids, "seq_ids": mb.segment_ids,
-             "position_ids": mb.position_ids, "targets": tgt}, ctx.cp_rank, ctx.cp,
-            pad_values={"targets": 0})
-        autocast = (torch.autocast(sh["input_ids"].device.type, dtype=torch.bfloat16)
-                    if cfg.bf16 else torch.autocast("cpu", enabled=False))
+            {
+                "input_ids": mb.input_ids,
+                "seq_ids": mb.segment_ids,
+                "position_ids": mb.position_ids,
+                "targets": tgt,
+            },
+            ctx.cp_rank,
+            ctx.cp,
+            pad_values={"targets": 0},
+        )
+        autocast = (
+            torch.autocast(sh["input_ids"].device.type, dtype=torch.bfloat16)
+            if cfg.bf16
+            else torch.autocast("cpu", enabled=False)
+        )
         with cp_mod.cp_attention_context(ctx.cp_group, sh["global_index"], sh["seq_ids"]):
             with autocast:
                 h = hidden_states(model, sh["input_ids"], position_ids=sh["position_ids"])
         weight, bias = lm_head(model)
-        out = token_logprobs(h, weight, sh["targets"], bias=bias, temperature=cfg.temperature,
-                             chunk_size=cfg.logprob_chunk_size, return_entropy=with_entropy,
-                             compute_dtype=torch.bfloat16 if cfg.bf16 and h.is_cuda else None)
+        out = token_logprobs(
+            h,
+            weight,
+            sh["targets"],
+            bias=bias,
+            temperature=cfg.temperature,
+            chunk_size=cfg.logprob_chunk_size,
+            return_entropy=with_entropy,
+            compute_dtype=torch.bfloat16 if cfg.bf16 and h.is_cuda else None,
+        )
         lp, ent = out if isinstance(out, tuple) else (out, None)
 
         def whole(x: Tensor) -> Tensor:
@@ -152,20 +180,27 @@ class DistributedLearner(Learner):
 
         return whole(lp), (whole(ent) if ent is not None else None)
 
-
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self, directory: str | os.PathLike,
-                        extra_state: dict[str, Any] | None = None) -> None:
+    def save_checkpoint(
+        self, directory: str | os.PathLike, extra_state: dict[str, Any] | None = None
+    ) -> None:
         """Sharded DCP save (every rank writes its shards) + scheduler/step/extra from rank 0.
 
         ``fsdp.export_hf(directory, out)`` turns it into one HF folder.
         """
-        save_checkpoint(directory, self.model, self.optimizer, self.ctx,
-                        extra={"step": self.step, "skipped_steps": self.skipped_steps})
+        save_checkpoint(
+            directory,
+            self.model,
+            self.optimizer,
+            self.ctx,
+            extra={"step": self.step, "skipped_steps": self.skipped_steps},
+        )
         if self.ctx.is_main:
-            torch.save({"scheduler": self.scheduler.state_dict(), "extra_state": extra_state},
-                       Path(directory) / _EXTRA)
+            torch.save(
+                {"scheduler": self.scheduler.state_dict(), "extra_state": extra_state},
+                Path(directory) / _EXTRA,
+            )
         self.ctx.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike) -> dict[str, Any]:
@@ -178,8 +213,14 @@ class DistributedLearner(Learner):
         return extra["extra_state"] or {}
 
 
-def make_learner(model: nn.Module, config: LearnerConfig, *, cp: int = 1,
-                 ref_model: nn.Module | None = None, tokenizer: Any = None) -> Learner:
+def make_learner(
+    model: nn.Module,
+    config: LearnerConfig,
+    *,
+    cp: int = 1,
+    ref_model: nn.Module | None = None,
+    tokenizer: Any = None,
+) -> Learner:
     """A plain :class:`Learner` for one process; a :class:`DistributedLearner` under torchrun."""
     ctx = setup_distributed(cp=cp)
     if not ctx.distributed:

@@ -21,8 +21,11 @@ STAGE2_CONTEXT = 131_072
 STAGE2_YARN_FACTOR = 4.0
 
 
-def apply_yarn(config: Any, factor: float = STAGE2_YARN_FACTOR,
-               original_max_position_embeddings: int | None = None) -> Any:
+def apply_yarn(
+    config: Any,
+    factor: float = STAGE2_YARN_FACTOR,
+    original_max_position_embeddings: int | None = None,
+) -> Any:
     """Extend a HF config's rope with YaRN in place; returns the config.
 
     ``original_max_position_embeddings`` defaults to the config's current
@@ -42,8 +45,13 @@ def apply_yarn(config: Any, factor: float = STAGE2_YARN_FACTOR,
     else:
         original = original_max_position_embeddings or config.max_position_embeddings
     theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    new = {**params, "rope_type": "yarn", "factor": float(factor),
-           "original_max_position_embeddings": int(original), "rope_theta": theta}
+    new = {
+        **params,
+        "rope_type": "yarn",
+        "factor": float(factor),
+        "original_max_position_embeddings": int(original),
+        "rope_theta": theta,
+    }
     config.rope_parameters = new
     config.max_position_embeddings = int(original * factor)
     return config
@@ -78,12 +86,14 @@ class ContextFitReport:
     def __str__(self) -> str:
         g = 2**30
         mem = f"{self.device_memory_bytes / g:.1f}" if self.device_memory_bytes else "?"
-        return (f"seq {self.seq_len} / cp {self.cp_size} = {self.tokens_per_rank} tokens/rank; "
-                f"activations {self.activation_bytes / g:.2f} GiB, logits "
-                f"{self.logits_bytes / g:.2f} GiB, attention tile "
-                f"{self.attention_tile_bytes / g:.2f} GiB, weights+grads+AdamW "
-                f"{self.params_grads_optim_bytes / g:.2f} GiB; total "
-                f"{self.total_bytes / g:.2f} of {mem} GiB")
+        return (
+            f"seq {self.seq_len} / cp {self.cp_size} = {self.tokens_per_rank} tokens/rank; "
+            f"activations {self.activation_bytes / g:.2f} GiB, logits "
+            f"{self.logits_bytes / g:.2f} GiB, attention tile "
+            f"{self.attention_tile_bytes / g:.2f} GiB, weights+grads+AdamW "
+            f"{self.params_grads_optim_bytes / g:.2f} GiB; total "
+            f"{self.total_bytes / g:.2f} of {mem} GiB"
+        )
 
 
 def _num_params(cfg: Any) -> int:
@@ -165,10 +175,19 @@ def check_context_fits(
         need_cp = cp_size
         while need_cp < 1024:
             need_cp *= 2
-            r = check_context_fits(cfg, seq_len, need_cp, None, activation_checkpointing, None,
-                                   world_size=max(world, need_cp), dtype_bytes=dtype_bytes,
-                                   logprob_chunk_tokens=logprob_chunk_tokens,
-                                   fused_attention=fused_attention, raise_on_fail=False)
+            r = check_context_fits(
+                cfg,
+                seq_len,
+                need_cp,
+                None,
+                activation_checkpointing,
+                None,
+                world_size=max(world, need_cp),
+                dtype_bytes=dtype_bytes,
+                logprob_chunk_tokens=logprob_chunk_tokens,
+                fused_attention=fused_attention,
+                raise_on_fail=False,
+            )
             if r.total_bytes <= headroom * device_memory_bytes:
                 break
         hint = "" if activation_checkpointing else "; turn on activation checkpointing"
@@ -178,11 +197,18 @@ def check_context_fits(
             f"cp >= {need_cp}{hint}"
         )
     report = ContextFitReport(
-        seq_len=seq_len, cp_size=cp_size, tokens_per_rank=tokens,
+        seq_len=seq_len,
+        cp_size=cp_size,
+        tokens_per_rank=tokens,
         micro_batch_tokens=micro_batch_tokens or seq_len,
-        activation_checkpointing=activation_checkpointing, activation_bytes=act,
-        logits_bytes=logits, attention_tile_bytes=tile, params_grads_optim_bytes=pgo,
-        total_bytes=total, device_memory_bytes=device_memory_bytes, fits=not problems,
+        activation_checkpointing=activation_checkpointing,
+        activation_bytes=act,
+        logits_bytes=logits,
+        attention_tile_bytes=tile,
+        params_grads_optim_bytes=pgo,
+        total_bytes=total,
+        device_memory_bytes=device_memory_bytes,
+        fits=not problems,
         problems=problems,
     )
     if problems and raise_on_fail:

@@ -178,8 +178,13 @@ class _StartCapped:
 class RolloutWorker:
     """Runs single episodes on request (threaded actor: several at once)."""
 
-    def __init__(self, config: RayRolloutConfig, model_factory: Callable[[], Any] | None,
-                 engines: Sequence[Any], limiters: dict[str, Any]):
+    def __init__(
+        self,
+        config: RayRolloutConfig,
+        model_factory: Callable[[], Any] | None,
+        engines: Sequence[Any],
+        limiters: dict[str, Any],
+    ):
         self.config = config
         self.node_id = ray.get_runtime_context().get_node_id()
         self.limiter = limiters.get(self.node_id)
@@ -201,9 +206,16 @@ class RolloutWorker:
     def run_episode(self, task_id: str | None, seed: int) -> dict[str, Any]:
         from agents.rollout import rollout
 
-        trajs = rollout(self._make_env, self.model, [task_id], n_per_task=1, concurrency=1,
-                        agent_kwargs=self.config.agent_kwargs,
-                        episode_timeout_s=self.config.episode_timeout_s, seed=seed)
+        trajs = rollout(
+            self._make_env,
+            self.model,
+            [task_id],
+            n_per_task=1,
+            concurrency=1,
+            agent_kwargs=self.config.agent_kwargs,
+            episode_timeout_s=self.config.episode_timeout_s,
+            seed=seed,
+        )
         out = trajs[0].to_dict()
         out["_node_id"] = self.node_id
         return out
@@ -254,9 +266,12 @@ class RayRolloutPool:
         }
         engine_cls = ray.remote(InferenceEngine)
         self.engines: list[Any] = [  # Ray actor handles
-            engine_cls.options(num_cpus=config.engine_num_cpus, num_gpus=config.engine_num_gpus,
-                               max_concurrency=config.engine_concurrency,
-                               scheduling_strategy="SPREAD").remote(model_factory)
+            engine_cls.options(
+                num_cpus=config.engine_num_cpus,
+                num_gpus=config.engine_num_gpus,
+                max_concurrency=config.engine_concurrency,
+                scheduling_strategy="SPREAD",
+            ).remote(model_factory)
             for _ in range(config.num_engines)
         ]
         self._worker_cls = ray.remote(RolloutWorker)
@@ -266,8 +281,11 @@ class RayRolloutPool:
     def _new_worker(self) -> Any:
         c = self.config
         return self._worker_cls.options(
-            num_cpus=c.worker_num_cpus, max_concurrency=c.worker_concurrency + 1,
-            scheduling_strategy="SPREAD", max_restarts=0, max_task_retries=0,
+            num_cpus=c.worker_num_cpus,
+            max_concurrency=c.worker_concurrency + 1,
+            scheduling_strategy="SPREAD",
+            max_restarts=0,
+            max_task_retries=0,
         ).remote(c, None if self.engines else self.model_factory, self.engines, self.limiters)
 
     def push_weights(self, source: Any, timeout_s: float = 600) -> int:
@@ -276,8 +294,10 @@ class RayRolloutPool:
             raise RuntimeError("no engines: the pool runs per-worker models (num_engines=0)")
         self.weight_version += 1
         arg = source if isinstance(source, str) else ray.put(source)
-        ray.get([e.update_weights.remote(arg, self.weight_version) for e in self.engines],
-                timeout=timeout_s)
+        ray.get(
+            [e.update_weights.remote(arg, self.weight_version) for e in self.engines],
+            timeout=timeout_s,
+        )
         return self.weight_version
 
     def limiter_stats(self) -> dict[str, dict[str, int]]:

@@ -99,8 +99,11 @@ def validate_row(
             return {"ok": False, "reason": f"suite_did_not_run_{name}", "detail": run.log[-2000:]}
         runs[name] = run.status
     f2p, p2p = derive_f2p_p2p(runs["before"], runs["after"])
-    result: dict[str, Any] = {"ok": bool(f2p), "reason": None if f2p else "no_fail_to_pass",
-                              "backend": backend}
+    result: dict[str, Any] = {
+        "ok": bool(f2p),
+        "reason": None if f2p else "no_fail_to_pass",
+        "backend": backend,
+    }
     result.update(FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p, before=runs["before"], after=runs["after"])
     return result
 

@@ -232,8 +232,6 @@ def build_repo(name: str, dest: Path) -> list[str]:
 # ------------------------------------------------------------------------------- cache
 
 
-
-
 def _head(path: Path) -> str | None:
     if not (path / ".git").is_dir():
         return None

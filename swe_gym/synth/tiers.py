@@ -93,8 +93,7 @@ def guided_issue(path: str, qualname: str, buggy: str, fixed: str, n_failing: in
     """The ``guided`` tier's whole issue: where, the line as it is, the line as it should be.
     Short on purpose (tokens are the cost of every training step on a CPU)."""
     tests = "1 test fails" if n_failing == 1 else f"{n_failing} tests fail"
-    return (f"{tests}. In `{path}`, function `{qualname}`, the line\n"
-            f"{buggy}\nshould be\n{fixed}\n")
+    return f"{tests}. In `{path}`, function `{qualname}`, the line\n{buggy}\nshould be\n{fixed}\n"
 
 
 __all__ = [

@@ -199,8 +199,10 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
         for n in dirs + files:
             path = os.path.join(d, n)
             if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode & 0o755 | 0o444
-                         | (0o111 if os.path.isdir(path) else 0))
+                os.chmod(
+                    path,
+                    os.stat(path).st_mode & 0o755 | 0o444 | (0o111 if os.path.isdir(path) else 0),
+                )
     manifest = {
         "key": recipe.key,
         "source": recipe.source,

@@ -118,8 +118,10 @@ def compact_system_prompt(action_format: str = "fenced") -> str:
 
 def compact_task_prompt(problem_statement: str, workdir: str, max_turns: int) -> str:
     """The ``compact`` style's first observation: the issue, the turn budget, the directory."""
-    return (f"<issue>\n{problem_statement.strip()}\n</issue>\n"
-            f"You have {max_turns} turns.\n(Current directory: {workdir})")
+    return (
+        f"<issue>\n{problem_statement.strip()}\n</issue>\n"
+        f"You have {max_turns} turns.\n(Current directory: {workdir})"
+    )
 
 
 def system_prompt(action_format: str = "fenced", command_timeout: float = 60.0) -> str:

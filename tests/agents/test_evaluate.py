@@ -124,8 +124,9 @@ def test_tasks_file_is_given_to_the_env(tmp_path, capsys):
     path = tmp_path / "tasks.jsonl"
     path.write_text(json.dumps(task.to_dict()) + "\n")
     out = tmp_path / "out"
-    assert main(["--tasks", str(path), "--model", "oracle", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(["--tasks", str(path), "--model", "oracle", "--out", str(out), "--no-progress"]) == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["per_task"]) == [task.instance_id] and summary["pass@1"] == 1.0
 
@@ -159,8 +160,15 @@ def test_progress_counts_turns(starter_task_ids, capsys):
     from agents.evaluate import evaluate
 
     model = load_model("oracle")
-    trajs, _ = evaluate("SWEStarter-v0", model, starter_task_ids[:1], runs=1, max_turns=30,
-                        env_kwargs={"max_turns": 30}, progress_bar=True)
+    trajs, _ = evaluate(
+        "SWEStarter-v0",
+        model,
+        starter_task_ids[:1],
+        runs=1,
+        max_turns=30,
+        env_kwargs={"max_turns": 30},
+        progress_bar=True,
+    )
     turns = sum(t.num_turns for t in trajs)
     assert 1 < turns < 30
     err = capsys.readouterr().err
@@ -188,9 +196,25 @@ def test_runs_sample_with_different_seeds(tmp_path, starter_task_ids, monkeypatc
 
     real = ev.load_model
     monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Spy(real(spec, **kw)))
-    rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--runs", "3", "--tasks",
-               starter_task_ids[0], "--out", str(tmp_path), "--concurrency", "1",
-               "--no-progress", "--seed", "7"])
+    rc = main(
+        [
+            "--env",
+            "SWEStarter-v0",
+            "--model",
+            "oracle",
+            "--runs",
+            "3",
+            "--tasks",
+            starter_task_ids[0],
+            "--out",
+            str(tmp_path),
+            "--concurrency",
+            "1",
+            "--no-progress",
+            "--seed",
+            "7",
+        ]
+    )
     assert rc == 0 and seen
     assert all(seed is not None for seed, _ in seen)
     first_turn = [seed for seed, turn in seen if turn == 0]
@@ -198,8 +222,9 @@ def test_runs_sample_with_different_seeds(tmp_path, starter_task_ids, monkeypatc
     assert len({seed for seed, _ in seen}) == len(seen)  # and so do the turns of one episode
 
 
-def test_a_run_whose_episodes_crash_exits_1_naming_the_error(tmp_path, starter_task_ids,
-                                                              monkeypatch, capsys):
+def test_a_run_whose_episodes_crash_exits_1_naming_the_error(
+    tmp_path, starter_task_ids, monkeypatch, capsys
+):
     """An engine that fails every request: the outputs are written, and the exit is 1 with the
     first error, not a pass@1 of 0 that reads as the model's result."""
     import agents.evaluate as ev
@@ -211,8 +236,19 @@ def test_a_run_whose_episodes_crash_exits_1_naming_the_error(tmp_path, starter_t
             raise RuntimeError("engine step failed: CPU Generator does not use offset")
 
     monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Broken())
-    rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--tasks", *starter_task_ids[:2],
-               "--out", str(tmp_path), "--no-progress"])
+    rc = main(
+        [
+            "--env",
+            "SWEStarter-v0",
+            "--model",
+            "oracle",
+            "--tasks",
+            *starter_task_ids[:2],
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert rc == 1
     err = capsys.readouterr().err
     assert "2 of 2 episodes failed" in err and "CPU Generator does not use offset" in err
@@ -238,8 +274,21 @@ def test_a_run_whose_episodes_time_out_exits_1(tmp_path, starter_task_ids, monke
 
     monkeypatch.setattr(ev, "load_model", lambda spec, **kw: Stuck())
     try:
-        rc = main(["--env", "SWEStarter-v0", "--model", "oracle", "--tasks", *starter_task_ids[:2],
-                   "--out", str(tmp_path), "--no-progress", "--episode-timeout", "1"])
+        rc = main(
+            [
+                "--env",
+                "SWEStarter-v0",
+                "--model",
+                "oracle",
+                "--tasks",
+                *starter_task_ids[:2],
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+                "--episode-timeout",
+                "1",
+            ]
+        )
     finally:
         release.set()
     assert rc == 1

@@ -297,22 +297,34 @@ def test_llama3_json_tool_calls_round_trip_token_exact(smollm2_tokenizer):
 
 
 def test_llama3_json_form_parses_only_whole_json_calls():
-    for text in ('I will call {"name": "x", "parameters": {}}', '{"name": "x", "parameters": 1}',
-                 '{"name": "x"', '["x"]', "plain"):
+    for text in (
+        'I will call {"name": "x", "parameters": {}}',
+        '{"name": "x", "parameters": 1}',
+        '{"name": "x"',
+        '["x"]',
+        "plain",
+    ):
         assert parse_tool_calls(text, "llama3_json") == (text, [])
     content, calls = parse_tool_calls(
-        ' {"name": "a", "parameters": {"k": 1}}; {"name": "b", "parameters": {}}', "llama3_json")
+        ' {"name": "a", "parameters": {"k": 1}}; {"name": "b", "parameters": {}}', "llama3_json"
+    )
     assert content == ""
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("a", {"k": 1}), ("b", {})]
+        ("a", {"k": 1}),
+        ("b", {}),
+    ]
     # a ";" inside an argument is part of the call, not a separator
-    (call,) = parse_tool_calls('{"name": "bash", "parameters": {"command": "cd x; ls"}}',
-                               "llama3_json")[1]
+    (call,) = parse_tool_calls(
+        '{"name": "bash", "parameters": {"command": "cd x; ls"}}', "llama3_json"
+    )[1]
     assert json.loads(call["function"]["arguments"]) == {"command": "cd x; ls"}
     assert parse_tool_calls('{"name": "a", "parameters": {}} ;', "llama3_json")[1] == []
     # the Hermes form is not read in a Llama reply, nor the Llama form in a Hermes one
     hermes = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
     assert parse_tool_calls(hermes, "llama3_json") == (hermes, [])
-    assert parse_tool_calls('{"name": "a", "parameters": {}}') == ('{"name": "a", "parameters": {}}', [])
+    assert parse_tool_calls('{"name": "a", "parameters": {}}') == (
+        '{"name": "a", "parameters": {}}',
+        [],
+    )
     with pytest.raises(ValueError, match="'xml'.*hermes"):
         parse_tool_calls("x", "xml")

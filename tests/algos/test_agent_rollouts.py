@@ -38,7 +38,10 @@ def tokenizer():
 def _spec(agent=EXAMPLE, env="ToyKeyword-v0", env_kwargs=None, **kw):
     params = SamplingParams(temperature=0.7, max_new_tokens=kw.pop("max_new_tokens", 8))
     return SimpleNamespace(
-        agent=agent, env=env, env_kwargs=env_kwargs or {"target": "w"}, concurrency=4,
+        agent=agent,
+        env=env,
+        env_kwargs=env_kwargs or {"target": "w"},
+        concurrency=4,
         episode_timeout_s=None,
         agent_kwargs={"params": params, "max_context_tokens": kw.pop("max_context_tokens", 256)},
         **kw,
@@ -61,7 +64,10 @@ def test_example_agent_episodes_are_rewarded_by_the_env_and_token_exact(tokenize
     engine = _Engine(["a wide view"], tokenizer)
     trajs = run_agent_rollouts(_spec(), engine, ["toy-0", "toy-1"], n_per_task=2, seed=5)
     assert [(t.task_id, t.seed) for t in trajs] == [
-        ("toy-0", 5), ("toy-0", 6), ("toy-1", 5), ("toy-1", 6)
+        ("toy-0", 5),
+        ("toy-0", 6),
+        ("toy-1", 5),
+        ("toy-1", 6),
     ]
     template = ChatTemplate(tokenizer)
     for traj in trajs:
@@ -138,8 +144,13 @@ def test_every_segment_of_a_rewritten_history_is_kept_and_trained(tokenizer, mon
     assert traj.num_turns == 2 and traj.agent["segment_starts"] == [0, 1]
     assert traj.agent["prefix_failures"] == 1 and "dropped_turns" not in traj.agent
     counters = Counters()
-    samples = to_samples([Scored(traj, 0, 1.0, advantage=0.5)], counters, max_tokens=4096,
-                         mask_invalid=True, overlong_filter=False)
+    samples = to_samples(
+        [Scored(traj, 0, 1.0, advantage=0.5)],
+        counters,
+        max_tokens=4096,
+        mask_invalid=True,
+        overlong_filter=False,
+    )
     assert len(samples) == 2 and counters.segments == 2
     for sample, turn in zip(samples, traj.turns, strict=True):
         trained = [i for i, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m]
@@ -180,8 +191,12 @@ def test_swestarter_episode_through_the_gateway(tokenizer):
     from swe_gym.tasks import load_tasks
 
     task_id = load_tasks("starter")[0].instance_id
-    spec = _spec(env="SWEStarter-v0", env_kwargs={"max_turns": 12, "command_timeout": 30},
-                 max_new_tokens=512, max_context_tokens=16384)
+    spec = _spec(
+        env="SWEStarter-v0",
+        env_kwargs={"max_turns": 12, "command_timeout": 30},
+        max_new_tokens=512,
+        max_context_tokens=16384,
+    )
     spec.concurrency = 1
     (traj,) = run_agent_rollouts(spec, OracleModel(tokenizer=tokenizer), [task_id], 1, 0)
     assert traj.finish_reason == "submitted", traj.error
@@ -223,8 +238,13 @@ def test_a_program_cannot_choose_its_task_seed_sampling_or_reward(tokenizer, mon
             obs, info = env.reset(seed=999, options={"task_id": "toy-1"})
             tried["task"] = info["task_id"]
             reply = client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": obs}], temperature=0.0,
-                max_tokens=4096, top_p=0.5, seed=1)
+                model=model,
+                messages=[{"role": "user", "content": obs}],
+                temperature=0.0,
+                max_tokens=4096,
+                top_p=0.5,
+                seed=1,
+            )
             env.step(reply.choices[0].message.content)
             for name, call in [("reset", env.reset), ("step", lambda: env.step("w"))]:
                 try:
@@ -258,9 +278,29 @@ def test_rft_trains_on_the_resolved_episodes_of_an_agent_program(tmp_path: Path)
 
     run = tmp_path / "run"
     tasks = ["starter__tinystats-1", "starter__tinystats-2"]
-    assert rft.main(["--rollout-model", "oracle", "--agent", EXAMPLE, "--tasks", ",".join(tasks),
-                     "--runs-per-task", "1", "--policy", "tiny-random", "--batch-size", "1",
-                     "--progress", "false", "--run-dir", str(run)]) == 0
+    assert (
+        rft.main(
+            [
+                "--rollout-model",
+                "oracle",
+                "--agent",
+                EXAMPLE,
+                "--tasks",
+                ",".join(tasks),
+                "--runs-per-task",
+                "1",
+                "--policy",
+                "tiny-random",
+                "--batch-size",
+                "1",
+                "--progress",
+                "false",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     kept = Trajectory.load_jsonl(run / "rft_data.jsonl")
     assert sorted(t.task_id for t in kept) == tasks
     assert all(t.resolved and t.token_exact and t.agent["program"] == EXAMPLE for t in kept)

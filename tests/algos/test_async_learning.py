@@ -16,16 +16,47 @@ from algos.run_io import read_metrics
 pytestmark = pytest.mark.slow  # two 24-iteration runs: 2-4 minutes on 2 cores
 
 ARGS = [
-    "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
-    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "w"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
     # one optimiser step per iteration, so a version is an iteration and K = 1 means one behind
-    "--group-size", "8", "--problems-per-iteration", "4", "--batch-size", "8",
-    "--max-steps-per-iteration", "1", "--lr", "1e-2", "--length-penalty", "false",
-    "--concurrency", "32", "--checkpoint-every", "0", "--progress", "false", "--seed", "0",
-    "--save-episodes", "0", "--on-exhausted", "skip",
+    "--group-size",
+    "8",
+    "--problems-per-iteration",
+    "4",
+    "--batch-size",
+    "8",
+    "--max-steps-per-iteration",
+    "1",
+    "--lr",
+    "1e-2",
+    "--length-penalty",
+    "false",
+    "--concurrency",
+    "32",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
+    "--seed",
+    "0",
+    "--save-episodes",
+    "0",
+    "--on-exhausted",
+    "skip",
     # K = 1 trains on samples one step old: weight their tokens by the learner/sampler ratio
     # (a no-op for K = 0, whose engine is the learner's module)
-    "--off-policy-correction", "tis",
+    "--off-policy-correction",
+    "tis",
 ]
 ITERATIONS = 24  # K = 1 lags K = 0 by a few iterations on the way up; both saturate by 24
 LAST = 3  # the final reward: the mean of the last LAST iterations' episodes
@@ -43,8 +74,20 @@ def test_k1_reaches_the_synchronous_final_reward(tmp_path: Path):
     finals = {}
     for k in (0, 1):
         run = tmp_path / f"k{k}"
-        assert dapo.main([*ARGS, "--max-staleness", str(k), "--iterations", str(ITERATIONS),
-                          "--run-dir", str(run)]) == 0
+        assert (
+            dapo.main(
+                [
+                    *ARGS,
+                    "--max-staleness",
+                    str(k),
+                    "--iterations",
+                    str(ITERATIONS),
+                    "--run-dir",
+                    str(run),
+                ]
+            )
+            == 0
+        )
         finals[k] = final_reward(run)
         if k:
             rows = read_metrics(run)

@@ -95,8 +95,9 @@ def test_a_group_straddling_versions_is_as_old_as_its_oldest_turn():
 
 
 def test_groups_without_versions_are_kept_and_not_counted():
-    split = split_stale([FakeTraj([]), FakeTraj([None])], [4, 4], learner_version=9,
-                        max_staleness=1)
+    split = split_stale(
+        [FakeTraj([]), FakeTraj([None])], [4, 4], learner_version=9, max_staleness=1
+    )
     assert split.keep == [True, True] and split.staleness == [] and split.dropped_groups == 0
     with pytest.raises(ValueError, match="2 trajectories but 1 group ids"):
         split_stale([FakeTraj([1]), FakeTraj([1])], [0], 1, 1)

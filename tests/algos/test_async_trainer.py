@@ -15,13 +15,44 @@ from algos.config import ConfigError
 from algos.run_io import read_metrics
 from tests.algos import toy_run
 
-ARGS = ["--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
-        "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-        "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "8",
-        "--lr", "1e-3", "--concurrency", "8", "--progress", "false", "--seed", "0"]
+ARGS = [
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "w"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "4",
+    "--problems-per-iteration",
+    "2",
+    "--batch-size",
+    "8",
+    "--lr",
+    "1e-3",
+    "--concurrency",
+    "8",
+    "--progress",
+    "false",
+    "--seed",
+    "0",
+]
 # the same run as a config (toy_run's settings and these)
-RUN = dict(env_kwargs={"target": "w"}, group_size=4, problems_per_iteration=2, batch_size=8,
-           lr=1e-3, concurrency=8, seed=0)
+RUN = dict(
+    env_kwargs={"target": "w"},
+    group_size=4,
+    problems_per_iteration=2,
+    batch_size=8,
+    lr=1e-3,
+    concurrency=8,
+    seed=0,
+)
 
 
 def extra_state(run: Path) -> dict:
@@ -38,8 +69,9 @@ def producers() -> list[threading.Thread]:
 
 def test_k1_rows_versions_and_resume(tmp_path: Path):
     run = tmp_path / "run"
-    assert grpo.main([*ARGS, "--max-staleness", "1", "--iterations", "3",
-                      "--run-dir", str(run)]) == 0
+    assert (
+        grpo.main([*ARGS, "--max-staleness", "1", "--iterations", "3", "--run-dir", str(run)]) == 0
+    )
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [1, 2, 3]  # one optimiser step each, none lost
     for row in rows:
@@ -53,8 +85,9 @@ def test_k1_rows_versions_and_resume(tmp_path: Path):
     assert extra_state(run)["async_round"] == 3  # three rounds taken; the one made ahead is not
     assert not producers()  # run() stops its producer
     # resume: the rounds taken are checkpointed, the ones made ahead are redone
-    assert grpo.main([*ARGS, "--max-staleness", "1", "--iterations", "4",
-                      "--resume", str(run)]) == 0
+    assert (
+        grpo.main([*ARGS, "--max-staleness", "1", "--iterations", "4", "--resume", str(run)]) == 0
+    )
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4] and rows[-1]["step"] == 4
     assert rows[-1]["staleness_max"] <= 1 and extra_state(run)["async_round"] == 4
@@ -84,8 +117,9 @@ def test_ctrl_c_in_the_learner_saves_and_stops_the_producer(tmp_path: Path):
     assert len(read_metrics(run)) == 2
     assert extra_state(run)["iteration"] == 2 and extra_state(run)["async_round"] == 2
     # the interrupted iteration is redone on resume from the round after the last one taken
-    assert grpo.main([*ARGS, "--max-staleness", "2", "--iterations", "3",
-                      "--resume", str(run)]) == 0
+    assert (
+        grpo.main([*ARGS, "--max-staleness", "2", "--iterations", "3", "--resume", str(run)]) == 0
+    )
     assert [r["iteration"] for r in read_metrics(run)] == [1, 2, 3]
 
 
@@ -93,8 +127,9 @@ def test_k1_with_a_shared_module_is_a_config_error(tmp_path: Path):
     from algos.policy import build_policy
     from algos.trainer import Trainer
 
-    cfg = grpo.GRPOConfig(**toy_run.toy_fields(tmp_path / "run", **RUN, max_staleness=1,
-                                                iterations=1))
+    cfg = grpo.GRPOConfig(
+        **toy_run.toy_fields(tmp_path / "run", **RUN, max_staleness=1, iterations=1)
+    )
     policy = build_policy(cfg, tmp_path / "run")  # float32 transformers: shares the module
     assert policy.shares_weights
     with pytest.raises(ConfigError, match="max_staleness=1 needs a rollout engine with its own"):

@@ -34,11 +34,16 @@ def test_field_docstrings_become_help(capsys):
 def test_shared_fields_have_one_doc_and_each_algorithms_default():
     """GRPO and DAPO declare their shared policy-gradient fields once (PolicyGradientConfig):
     the same --help text for both, each with its own algorithm's default."""
-    helps = {cls: {a.dest: a.help for a in build_parser(cls, "t", "t", prefix)._actions}
-             for cls, prefix in ((DAPOConfig, "dapo"), (GRPOConfig, "grpo"))}
+    helps = {
+        cls: {a.dest: a.help for a in build_parser(cls, "t", "t", prefix)._actions}
+        for cls, prefix in ((DAPOConfig, "dapo"), (GRPOConfig, "grpo"))
+    }
     for name, dapo_default, grpo_default in [
-            ("iterations", 100, 1600), ("filter", "'nonzero_advantage'", "'none'"),
-            ("kl_coef", 0.0, 0.04), ("lr", 1e-06, 1e-06)]:
+        ("iterations", 100, 1600),
+        ("filter", "'nonzero_advantage'", "'none'"),
+        ("kl_coef", 0.0, 0.04),
+        ("lr", 1e-06, 1e-06),
+    ]:
         d, g = helps[DAPOConfig][name], helps[GRPOConfig][name]
         assert d.endswith(f"(default: {dapo_default})") and g.endswith(f"(default: {grpo_default})")
         assert d.rsplit(" (default", 1)[0] == g.rsplit(" (default", 1)[0]
@@ -47,8 +52,23 @@ def test_shared_fields_have_one_doc_and_each_algorithms_default():
 def test_layers_defaults_preset_file_cli(tmp_path: Path):
     f = tmp_path / "c.yaml"
     f.write_text("lr: 3.0e-6\ngroup_size: 4\nbatch_size: 8\n")
-    cfg = _parse(DAPOConfig, ["--preset", "cpu", "--config", str(f), "--lr", "1e-6",
-                              "--env-kwargs", '{"a": 1}', "--tasks", "x,y"], "dapo", True)
+    cfg = _parse(
+        DAPOConfig,
+        [
+            "--preset",
+            "cpu",
+            "--config",
+            str(f),
+            "--lr",
+            "1e-6",
+            "--env-kwargs",
+            '{"a": 1}',
+            "--tasks",
+            "x,y",
+        ],
+        "dapo",
+        True,
+    )
     assert cfg.policy == "smollm2"  # from the preset
     assert cfg.group_size == 4 and cfg.batch_size == 8  # from the file
     assert cfg.lr == 1e-6  # the command line wins
@@ -58,27 +78,47 @@ def test_layers_defaults_preset_file_cli(tmp_path: Path):
 def test_stage_presets_match_methods():
     s1 = _parse(DAPOConfig, ["--stage", "1"], "dapo", True)
     s2 = _parse(DAPOConfig, ["--stage", "2"], "dapo", True)
-    assert (s1.max_context_tokens, s1.eps_low, s1.eps_high, s1.max_turns, s1.batch_size,
-            s1.group_size, s1.problems_per_iteration) == (65536, 0.2, 0.3, 40, 128, 10, 300)
-    assert (s2.max_context_tokens, s2.eps_high, s2.max_turns, s2.batch_size, s2.yarn_factor,
-            s2.problems_per_iteration) == (131072, 0.26, 80, 256, 4.0, 100)
+    assert (
+        s1.max_context_tokens,
+        s1.eps_low,
+        s1.eps_high,
+        s1.max_turns,
+        s1.batch_size,
+        s1.group_size,
+        s1.problems_per_iteration,
+    ) == (65536, 0.2, 0.3, 40, 128, 10, 300)
+    assert (
+        s2.max_context_tokens,
+        s2.eps_high,
+        s2.max_turns,
+        s2.batch_size,
+        s2.yarn_factor,
+        s2.problems_per_iteration,
+    ) == (131072, 0.26, 80, 256, 4.0, 100)
     r = RFTConfig()
     assert (r.lr, r.weight_decay, r.warmup_steps, r.batch_size, r.epochs) == (5e-6, 0.1, 10, 64, 1)
     assert r.learner_config(100).schedule == "cosine"
 
 
-@pytest.mark.parametrize("cls, kwargs, match", [
-    (DAPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
-    (GRPOConfig, {"batch_size": 30, "group_size": 16}, "not divisible by group_size"),
-    (GRPOConfig, {"kl_coef": 0.0}, "kl_coef > 0"),
-    (GRPOConfig, {"overlong_buffer": 20000}, r"overlong_buffer must be in \[0, max_context"),
-    (DAPOConfig, {"max_new_tokens": 4096, "max_context_tokens": 2048}, "raise max_context_tokens"),
-    (DAPOConfig, {"filter": "nonzero"}, "Did you mean"),
-    (DAPOConfig, {"length_threshold": 40, "max_turns": 40}, "length_threshold < max_turns"),
-    (DAPOConfig, {"group_size": 1}, "group_size >= 2"),
-    (RFTConfig, {"trajectories": ["/nonexistent.jsonl"]}, "does not exist"),
-    (DAPOConfig, {"engine": "vlm"}, "Did you mean 'vllm'"),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs, match",
+    [
+        (DAPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
+        (GRPOConfig, {"batch_size": 30, "group_size": 16}, "not divisible by group_size"),
+        (GRPOConfig, {"kl_coef": 0.0}, "kl_coef > 0"),
+        (GRPOConfig, {"overlong_buffer": 20000}, r"overlong_buffer must be in \[0, max_context"),
+        (
+            DAPOConfig,
+            {"max_new_tokens": 4096, "max_context_tokens": 2048},
+            "raise max_context_tokens",
+        ),
+        (DAPOConfig, {"filter": "nonzero"}, "Did you mean"),
+        (DAPOConfig, {"length_threshold": 40, "max_turns": 40}, "length_threshold < max_turns"),
+        (DAPOConfig, {"group_size": 1}, "group_size >= 2"),
+        (RFTConfig, {"trajectories": ["/nonexistent.jsonl"]}, "does not exist"),
+        (DAPOConfig, {"engine": "vlm"}, "Did you mean 'vllm'"),
+    ],
+)
 def test_contradictory_values_fail_clearly(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls(**kwargs)
@@ -103,9 +143,11 @@ def test_bad_values_from_files_and_cli(tmp_path: Path):
 
 def test_cli_rejects_contradiction_before_any_work(tmp_path: Path):
     run = tmp_path / "run"
-    for main, argv in ((dapo.main, ["--eps-low", "0.5", "--eps-high", "0.3"]),
-                       (grpo.main, ["--batch-size", "10", "--group-size", "4"]),
-                       (rft.main, ["--batch-size", "0"])):
+    for main, argv in (
+        (dapo.main, ["--eps-low", "0.5", "--eps-high", "0.3"]),
+        (grpo.main, ["--batch-size", "10", "--group-size", "4"]),
+        (rft.main, ["--batch-size", "0"]),
+    ):
         with pytest.raises(SystemExit, match="config error"):
             main([*argv, "--run-dir", str(run)])
     assert not run.exists()

@@ -13,8 +13,12 @@ T = torch.tensor
 
 
 def close(a, b, tol=1e-6):
-    return torch.allclose(torch.as_tensor(a, dtype=torch.float64),
-                          torch.as_tensor(b, dtype=torch.float64), atol=tol, rtol=0)
+    return torch.allclose(
+        torch.as_tensor(a, dtype=torch.float64),
+        torch.as_tensor(b, dtype=torch.float64),
+        atol=tol,
+        rtol=0,
+    )
 
 
 # ---------------------------------------------------------------- advantages
@@ -58,7 +62,11 @@ def test_dynamic_filter_predicates():
     keep = core.keep_nonconstant_groups(T([1.0, 0.0, 1.0, 1.0]), T([0, 0, 1, 2]))
     assert keep.tolist() == [True, True, False, False]  # single-sample groups are dropped
     assert core.keep_nonzero_advantage(T([0.0, 0.5, -0.1, 0.0])).tolist() == [
-        False, True, True, False]
+        False,
+        True,
+        True,
+        False,
+    ]
     per_tok = T([[0.0, 0.0, 2.0], [0.0, 1.0, 0.0]])
     mask = T([[1, 1, 0], [0, 1, 1]])
     # row 0's only nonzero advantage sits on a masked-out token
@@ -78,20 +86,25 @@ def test_agg_loss_modes():
     assert close(core.agg_loss(LOSS, MASK, "seq-mean-token-sum"), (3 + 4) / 2)
     assert close(core.agg_loss(LOSS, MASK, "seq-mean-token-sum", global_seq_count=7), 1.0)
     # a sequence without loss tokens is not counted in the seq mean
-    assert close(core.agg_loss(T([[1.0, 2.0], [9.0, 9.0]]), T([[1, 1], [0, 0]]),
-                               "seq-mean-token-mean"), 1.5)
+    assert close(
+        core.agg_loss(T([[1.0, 2.0], [9.0, 9.0]]), T([[1, 1], [0, 0]]), "seq-mean-token-mean"), 1.5
+    )
     with pytest.raises(ValueError, match="token-mean"):
         core.agg_loss(LOSS, MASK, "tokenmean")
 
 
 def test_agg_loss_global_count_makes_split_sum_equal_whole():
     whole = core.agg_loss(LOSS, MASK, "token-mean")
-    parts = sum(core.agg_loss(LOSS[i:i + 1], MASK[i:i + 1], "token-mean", global_token_count=3)
-                for i in range(2))
+    parts = sum(
+        core.agg_loss(LOSS[i : i + 1], MASK[i : i + 1], "token-mean", global_token_count=3)
+        for i in range(2)
+    )
     assert close(whole, parts)
     whole = core.agg_loss(LOSS, MASK, "seq-mean-token-mean")
-    parts = sum(core.agg_loss(LOSS[i:i + 1], MASK[i:i + 1], "seq-mean-token-mean",
-                              global_seq_count=2) for i in range(2))
+    parts = sum(
+        core.agg_loss(LOSS[i : i + 1], MASK[i : i + 1], "seq-mean-token-mean", global_seq_count=2)
+        for i in range(2)
+    )
     assert close(whole, parts)
 
 
@@ -143,8 +156,9 @@ def test_dual_clip_bounds_negative_advantage_and_extreme_ratio_stays_finite():
     logp, old, adv, mask = _clip_inputs([10.0, 10.0], [-1.0, 2.0])
     loss, m = core.clipped_policy_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.28)
     assert close(loss, (10.0 - 2 * 1.28) / 2)  # negative A: unbounded ratio term wins
-    loss, m = core.clipped_policy_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.28,
-                                       dual_clip=3.0)
+    loss, m = core.clipped_policy_loss(
+        logp, old, adv, mask, eps_low=0.2, eps_high=0.28, dual_clip=3.0
+    )
     assert close(loss, (3.0 - 2 * 1.28) / 2)  # min(10, -A * c = 3)
     loss.backward()
     assert close(logp.grad, [[0.0, 0.0]])  # both clipped: no gradient
@@ -162,8 +176,9 @@ def test_per_sequence_advantage_broadcasts_and_empty_mask():
     old = logp - 0.1
     per_seq = T([1.0, -1.0])
     a, _ = core.get_policy_loss_fn("dapo")(logp, old, per_seq, torch.ones(2, 2))
-    b, _ = core.get_policy_loss_fn("dapo")(logp, old, per_seq[:, None].expand(2, 2),
-                                           torch.ones(2, 2))
+    b, _ = core.get_policy_loss_fn("dapo")(
+        logp, old, per_seq[:, None].expand(2, 2), torch.ones(2, 2)
+    )
     assert close(a, b)
     loss, m = core.get_policy_loss_fn("dapo")(logp, old, per_seq, torch.zeros(2, 2))
     assert loss.item() == 0.0 and all(math.isfinite(v) for v in m.values())
@@ -193,8 +208,15 @@ def test_every_registered_loss_takes_the_learners_keywords(name):
     # correction) token_weights; sft took no token_weights before the protocol was checked.
     logp, mask = T([[-2.0, -4.0]]), T([[1.0, 1.0]])
     loss, metrics = core.get_policy_loss_fn(name)(
-        logp, logp, T([1.0]), mask, agg_mode="token-mean", global_token_count=2,
-        global_seq_count=1, token_weights=T([[1.0, 0.0]]))
+        logp,
+        logp,
+        T([1.0]),
+        mask,
+        agg_mode="token-mean",
+        global_token_count=2,
+        global_seq_count=1,
+        token_weights=T([[1.0, 0.0]]),
+    )
     assert loss.dim() == 0 and all(isinstance(v, float) for v in metrics.values())
     plain, _ = core.get_policy_loss_fn(name)(logp, logp, T([1.0]), mask, global_token_count=2)
     assert not close(loss, plain) or close(plain, 0.0)  # the weights count
@@ -207,8 +229,9 @@ def test_kl_estimators():
     logp, ref = T([-1.0, -1.5]), T([-1.5, -1.0])  # diff +0.5, -0.5
     assert close(core.kl_estimate(logp, ref, "k1"), [0.5, -0.5])
     assert close(core.kl_estimate(logp, ref, "k2"), [0.125, 0.125])
-    assert close(core.kl_estimate(logp, ref, "k3"),
-                 [math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1])
+    assert close(
+        core.kl_estimate(logp, ref, "k3"), [math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1]
+    )
     loss, m = core.kl_loss(logp[None], ref[None], T([[1, 0]]), kind="k2")
     assert close(loss, 0.125) and close(m["kl"], 0.125)
     with pytest.raises(ValueError, match="k3"):
@@ -242,8 +265,7 @@ def test_turn_length_penalty():
 def test_ratio_is_new_over_old_with_nonzero_old_logprobs():
     lp = T([[-1.0, -2.0]], requires_grad=True)
     old = T([[-1.5, -1.0]])
-    loss, m = core.clipped_policy_loss(lp, old, T([1.0]), T([[1, 1]]), eps_low=10.0,
-                                       eps_high=10.0)
+    loss, m = core.clipped_policy_loss(lp, old, T([1.0]), T([[1, 1]]), eps_low=10.0, eps_high=10.0)
     r = torch.exp(lp.detach() - old)  # e^0.5, e^-1: inside the (wide) clip band
     assert close(m["ratio_mean"], r.mean()) and close(m["ratio_max"], r.max())
     assert close(m["ratio_min"], r.min()) and close(loss, -r.mean())
@@ -257,20 +279,33 @@ def test_clip_fractions_count_only_the_clipped_side():
     # (1.5, 0) not; (1.1, +1) inside 1 + eps_high
     ratio = T([[0.5, 0.5, 0.5, 0.9, 1.5, 1.5, 1.1]])
     adv = T([[-1.0, 0.0, 0.5, -1.0, 1.0, 0.0, 1.0]])
-    _, m = core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv,
-                                    torch.ones_like(ratio), eps_low=0.2, eps_high=0.28)
+    _, m = core.clipped_policy_loss(
+        ratio.log(),
+        torch.zeros_like(ratio),
+        adv,
+        torch.ones_like(ratio),
+        eps_low=0.2,
+        eps_high=0.28,
+    )
     assert close(m["clip_frac_low"], 1 / 7) and close(m["clip_frac_high"], 1 / 7)
 
 
 def test_dual_clip_touches_only_negative_advantages():
     ratio = T([[8.0, 8.0, 8.0]])
     adv = T([[-1.0, 0.0, 0.5]])
-    loss, m = core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv,
-                                       torch.ones_like(ratio), dual_clip=3.0, global_token_count=1)
+    loss, m = core.clipped_policy_loss(
+        ratio.log(),
+        torch.zeros_like(ratio),
+        adv,
+        torch.ones_like(ratio),
+        dual_clip=3.0,
+        global_token_count=1,
+    )
     # -1: max(8, 0.8) = 8 -> bounded at 3; 0: 0; +0.5: max(-4, -0.6) = -0.6 (not bounded)
     assert close(loss, 3.0 + 0.0 - 0.6, 1e-5) and close(m["dual_clip_frac"], 1 / 3)
-    core.clipped_policy_loss(ratio.log(), torch.zeros_like(ratio), adv, torch.ones_like(ratio),
-                             dual_clip=1.5)  # any c > 1 is accepted
+    core.clipped_policy_loss(
+        ratio.log(), torch.zeros_like(ratio), adv, torch.ones_like(ratio), dual_clip=1.5
+    )  # any c > 1 is accepted
     with pytest.raises(ValueError, match=r"dual_clip must be > 1 \(or None\); got 1.0"):
         core.clipped_policy_loss(ratio.log(), ratio, adv, ratio, dual_clip=1.0)
 
@@ -282,8 +317,9 @@ def test_clip_eps_checks_name_both_values():
             core.clipped_policy_loss(x, x, T([1.0]), x + 1, eps_low=low, eps_high=high)
     core.clipped_policy_loss(x, x, T([1.0]), x + 1, eps_low=0.0, eps_high=0.0)  # 0 is allowed
     # the defaults are the symmetric 0.2 of PPO/GRPO: ratio 1.25 is clipped high, 0.75 low
-    _, m = core.clipped_policy_loss(T([[1.25, 0.75]]).log(), T([[0.0, 0.0]]), T([[1.0, -1.0]]),
-                                    T([[1, 1]]))
+    _, m = core.clipped_policy_loss(
+        T([[1.25, 0.75]]).log(), T([[0.0, 0.0]]), T([[1.0, -1.0]]), T([[1, 1]])
+    )
     assert close(m["clip_frac_high"], 0.5) and close(m["clip_frac_low"], 0.5)
 
 
@@ -293,8 +329,9 @@ def test_global_counts_reach_the_aggregation():
     whole, _ = core.clipped_policy_loss(lp, lp, adv, mask)
     half, _ = core.clipped_policy_loss(lp, lp, adv, mask, global_token_count=4)
     assert close(half, whole / 2)
-    seq, _ = core.clipped_policy_loss(lp, lp, adv, mask, agg_mode="seq-mean-token-mean",
-                                      global_seq_count=2)
+    seq, _ = core.clipped_policy_loss(
+        lp, lp, adv, mask, agg_mode="seq-mean-token-mean", global_seq_count=2
+    )
     assert close(seq, whole / 2)
 
 
@@ -327,8 +364,11 @@ def test_error_messages_name_the_value_and_the_choices():
         core.get_policy_loss_fn("dapoo")
     with pytest.raises(ValueError, match="unknown KL estimator 'k4'"):
         core.kl_estimate(T([0.0]), T([0.0]), "k4")
-    with pytest.raises(ValueError, match=r"rewards must be 1-D .* got rewards \(2,\), "
-                                         r"group_index \(3,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"rewards must be 1-D .* got rewards \(2,\), "
+        r"group_index \(3,\)",
+    ):
         core.group_advantages(T([1.0, 0.0]), T([0, 0, 1]))
     with pytest.raises(ValueError, match=r"rewards of shape \(4,\) need a group_index \[N\]"):
         core.keep_nonconstant_groups(T([1.0, 0.0, 1.0, 1.0]))
@@ -341,8 +381,9 @@ def test_group_advantages_flat_layout_honours_normalize_std_and_dtypes():
     assert core.group_advantages(T([[1, 0], [0, 0]]), normalize_std=False).dtype == torch.float32
     assert core.group_advantages(rewards.double(), index).dtype == torch.float64
     # a group whose only max is negative: the max is not taken against a 0 start value
-    assert close(core.group_advantages(T([-1.0, -3.0]), T([0, 0]), normalize_std=False),
-                 [1.0, -1.0])
+    assert close(
+        core.group_advantages(T([-1.0, -3.0]), T([0, 0]), normalize_std=False), [1.0, -1.0]
+    )
 
 
 def test_k3_log_ratio_is_clamped_both_ways():

@@ -16,21 +16,25 @@ from algos.dapo import DAPOConfig
 
 
 def _cfg(**kw):
-    return types.SimpleNamespace(**{"bf16": False, "engine_dtype": "float32",
-                                    "rollout_model": "policy", **kw})
+    return types.SimpleNamespace(
+        **{"bf16": False, "engine_dtype": "float32", "rollout_model": "policy", **kw}
+    )
 
 
 def test_cpu_preset_never_runs_bf16_gemms_on_a_slow_cpu():
     # the README's main job must be fast on any CPU, AVX2-only laptops included
-    cfg = parse_config(DAPOConfig, ["--preset", "cpu"], prog="t", description="", prefix="dapo",
-                       stages=True)
+    cfg = parse_config(
+        DAPOConfig, ["--preset", "cpu"], prog="t", description="", prefix="dapo", stages=True
+    )
     assert slow_bf16_settings(cfg, on_gpu=False, fast=False) == []
 
 
 def test_slow_settings_named_on_a_slow_cpu():
     cfg = _cfg(bf16=True, engine_dtype="bfloat16")
     assert slow_bf16_settings(cfg, on_gpu=False, fast=False) == [
-        "bf16=true", "engine_dtype=bfloat16"]
+        "bf16=true",
+        "engine_dtype=bfloat16",
+    ]
     message = slow_bf16_warning(cfg, on_gpu=False, fast=False)
     assert "bf16=true, engine_dtype=bfloat16" in message
     assert "bf16=false and engine_dtype=float32" in message

@@ -15,17 +15,43 @@ from algos import dapo
 from algos.dapo import DAPOConfig
 from algos.trainer import Policy, Trainer, load_policy_model, read_metrics
 
-TOY = ["--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "e"}', "--policy", "tiny-random",
-       "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-       "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "2",
-       "--length-penalty", "false", "--lr", "1e-3", "--progress", "false"]
+TOY = [
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "e"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "4",
+    "--problems-per-iteration",
+    "2",
+    "--batch-size",
+    "2",
+    "--length-penalty",
+    "false",
+    "--lr",
+    "1e-3",
+    "--progress",
+    "false",
+]
 
 
 def test_dapo_cli_two_iterations(tmp_path: Path, capsys):
     run = tmp_path / "run"
     # one step per iteration, so the logged ratio is the first step's: sampler == learner
-    assert dapo.main([*TOY, "--iterations", "2", "--max-steps-per-iteration", "1",
-                      "--run-dir", str(run)]) == 0
+    assert (
+        dapo.main(
+            [*TOY, "--iterations", "2", "--max-steps-per-iteration", "1", "--run-dir", str(run)]
+        )
+        == 0
+    )
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == [1, 2]
     for r in rows:
@@ -61,10 +87,23 @@ def _varied_script(tokenizer):
 
 def test_dapo_multi_turn_one_iteration(tmp_path: Path):
     cfg = DAPOConfig(
-        run_dir=str(tmp_path / "run"), env="SWEStarter-v0", tasks=["starter__tinystats-1"],
-        policy="tiny-random", rollout_model="scripted", iterations=1, problems_per_iteration=1,
-        group_size=4, batch_size=2, max_turns=3, length_threshold=1, max_new_tokens=32,
-        max_context_tokens=4096, lr=1e-4, progress=False, concurrency=4)
+        run_dir=str(tmp_path / "run"),
+        env="SWEStarter-v0",
+        tasks=["starter__tinystats-1"],
+        policy="tiny-random",
+        rollout_model="scripted",
+        iterations=1,
+        problems_per_iteration=1,
+        group_size=4,
+        batch_size=2,
+        max_turns=3,
+        length_threshold=1,
+        max_new_tokens=32,
+        max_context_tokens=4096,
+        lr=1e-4,
+        progress=False,
+        concurrency=4,
+    )
     model, tok, path = load_policy_model("tiny-random", Path(cfg.run_dir))
     policy = Policy(model, tok, path, sampler=_varied_script(tok), on_policy=False)
     trainer = Trainer(cfg, "dapo", policy=policy)

@@ -55,8 +55,15 @@ def generate_once(sampler) -> None:
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    return toy_run.toy_cfg(tmp_path, **{**dict(
-        group_size=2, problems_per_iteration=2, batch_size=2, iterations=1, concurrency=2), **kw})
+    return toy_run.toy_cfg(
+        tmp_path,
+        **{
+            **dict(
+                group_size=2, problems_per_iteration=2, batch_size=2, iterations=1, concurrency=2
+            ),
+            **kw,
+        },
+    )
 
 
 def test_sampler_follows_its_module_when_moved_after_it_was_built(tmp_path: Path, monkeypatch):
@@ -78,8 +85,7 @@ def test_sampler_follows_its_module_when_moved_after_it_was_built(tmp_path: Path
 def test_trainer_sampler_and_reference_follow_the_learners_device(tmp_path: Path, monkeypatch):
     # The entry points build the policy (and its sampler) first, then the learner, which moves
     # the module to its device: make that device `meta` and check everything followed it.
-    monkeypatch.setattr(dist_learner, "setup_distributed",
-                        lambda cp=1: DistContext(device=META))
+    monkeypatch.setattr(dist_learner, "setup_distributed", lambda cp=1: DistContext(device=META))
     with pytest.warns(UserWarning, match="kl_coef"):
         cfg = toy_cfg(tmp_path, kl_coef=0.1)
     trainer = Trainer(cfg, "dapo")
@@ -101,8 +107,7 @@ def test_engine_copy_follows_the_training_device(tmp_path: Path, monkeypatch):
     import algos.policy as policy_mod
 
     monkeypatch.setattr(policy_mod, "training_device", lambda: META)
-    policy = policy_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"),
-                                      tmp_path / "run")
+    policy = policy_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"), tmp_path / "run")
     try:
         assert not policy.shares_weights
         engine = policy.sampler.model
@@ -131,8 +136,9 @@ def test_bf16_head_logprobs_and_entropy_within_the_bf16_bound():
     w = torch.randn(vocab, hidden, generator=gen, dtype=torch.float64) * 0.3  # logits ~ 10
     y = torch.randint(0, vocab, (n,), generator=gen)
     ref_lp, ref_ent = naive_token_logprobs(h, w, y, return_entropy=True)
-    lp, ent = token_logprobs(h.float(), w.float(), y, return_entropy=True, chunk_size=16,
-                             compute_dtype=torch.bfloat16)
+    lp, ent = token_logprobs(
+        h.float(), w.float(), y, return_entropy=True, chunk_size=16, compute_dtype=torch.bfloat16
+    )
     assert lp.dtype == ent.dtype == torch.float32
     # Each logit z_j = sum_i h_i w_ji: rounding h and w to bf16 moves each product by at most
     # 2u |h_i w_ji|, the bf16 product is rounded once more (u |z_j|, CPU; CUDA writes float32)
@@ -160,8 +166,9 @@ def test_bf16_head_gradients_land_on_float32_parameters():
     w = (torch.randn(200, 48, generator=gen) * 0.3).requires_grad_()
     b = torch.zeros(200, requires_grad=True)
     y = torch.randint(0, 200, (32,), generator=gen)
-    lp, ent = token_logprobs(h, w, y, bias=b, return_entropy=True, chunk_size=8,
-                             compute_dtype=torch.bfloat16)
+    lp, ent = token_logprobs(
+        h, w, y, bias=b, return_entropy=True, chunk_size=8, compute_dtype=torch.bfloat16
+    )
     (lp.sum() + 0.1 * ent.sum()).backward()
     assert h.grad.dtype == torch.bfloat16 and w.grad.dtype == b.grad.dtype == torch.float32
     ref_w = w.detach().double().requires_grad_()
@@ -184,8 +191,20 @@ def _reference_varlen(release: str):
     boundaries, spellings), not the kernel."""
     calls = []
 
-    def run(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
-            enable_gqa=False, is_causal=False):
+    def run(
+        q,
+        k,
+        v,
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        *,
+        scale=None,
+        window_size=(-1, -1),
+        enable_gqa=False,
+        is_causal=False,
+    ):
         calls.append({"max_q": max_q, "gqa": enable_gqa, "heads": (q.shape[1], k.shape[1])})
         assert (window_size == (-1, 0)) != is_causal and torch.equal(cu_q, cu_k)
         assert k.shape[1] == q.shape[1] or enable_gqa
@@ -195,15 +214,19 @@ def _reference_varlen(release: str):
         for a, z in zip(bounds[:-1], bounds[1:], strict=True):
             assert z - a <= max_q
             qs, ks, vs = (x[a:z].transpose(0, 1) for x in (q, k, v))
-            outs.append(torch.nn.functional.scaled_dot_product_attention(
-                qs, ks, vs, is_causal=True, scale=scale, enable_gqa=enable_gqa).transpose(0, 1))
+            outs.append(
+                torch.nn.functional.scaled_dot_product_attention(
+                    qs, ks, vs, is_causal=True, scale=scale, enable_gqa=enable_gqa
+                ).transpose(0, 1)
+            )
         return torch.cat(outs)
 
     def first(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):
         return run(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=is_causal)
 
-    def window(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
-               window_size=(-1, -1)):
+    def window(
+        q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
         return run(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
 
     return {"first": first, "window": window, "gqa": run}[release], calls
@@ -216,9 +239,15 @@ def test_varlen_branch_matches_per_sequence_attention(monkeypatch, release):
     from algos import attention
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         attn_implementation="sdpa")
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
     model = LlamaForCausalLM(config).eval()
     assert attention.use_packed_attention(model)
     lengths = [5, 9, 3]
@@ -227,8 +256,8 @@ def test_varlen_branch_matches_per_sequence_attention(monkeypatch, release):
     pos = torch.zeros((1, length), dtype=torch.long)
     start = 0
     for i, n in enumerate(lengths):
-        seg[0, start:start + n] = i
-        pos[0, start:start + n] = torch.arange(n)
+        seg[0, start : start + n] = i
+        pos[0, start : start + n] = torch.arange(n)
         start += n
     ids = torch.randint(0, 64, (1, length))
 
@@ -238,8 +267,9 @@ def test_varlen_branch_matches_per_sequence_attention(monkeypatch, release):
 
     expected = hidden(attention.packed_kwargs(seg))  # the CPU per-sequence path
     kernel, calls = _reference_varlen(release)
-    monkeypatch.setattr(attention, "varlen_kernel",
-                        lambda q, dropout, max_length: kernel if max_length else None)
+    monkeypatch.setattr(
+        attention, "varlen_kernel", lambda q, dropout, max_length: kernel if max_length else None
+    )
     got = hidden(attention.packed_kwargs(seg, cover_padding=True))
     assert len(calls) == 2  # one kernel call per layer, the whole row at once
     gqa = release == "gqa"
@@ -272,8 +302,15 @@ def test_cpu_learner_keeps_the_plain_optimizer():
 
     from algos.learner import Learner, LearnerConfig
 
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     learner = Learner(model, LearnerConfig(bf16=True))
     assert not learner.optimizer.defaults.get("fused")  # fused AdamW only on CUDA
 
@@ -289,9 +326,15 @@ def test_bf16_compute_copy_trains_float32_master_weights(tied):
     from algos.data import Sample
     from algos.learner import Learner, LearnerConfig
 
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                         tie_word_embeddings=tied)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     base = LlamaForCausalLM(config)
     gen = torch.Generator().manual_seed(0)
@@ -299,15 +342,28 @@ def test_bf16_compute_copy_trains_float32_master_weights(tied):
     for i in range(6):
         n = int(torch.randint(12, 40, (1,), generator=gen))
         mask = [0] * (n // 3) + [1] * (n - n // 3)
-        samples.append(Sample(torch.randint(0, 128, (n,), generator=gen).tolist(), mask,
-                              old_logprobs=[-4.8 * m for m in mask],
-                              advantage=float(torch.randn(1, generator=gen)), sample_id=i))
+        samples.append(
+            Sample(
+                torch.randint(0, 128, (n,), generator=gen).tolist(),
+                mask,
+                old_logprobs=[-4.8 * m for m in mask],
+                advantage=float(torch.randn(1, generator=gen)),
+                sample_id=i,
+            )
+        )
     models, learners = {}, {}
     for mode in ("fp32", "autocast", "copy"):
         models[mode] = copy_mod.deepcopy(base)
-        learners[mode] = Learner(models[mode], LearnerConfig(
-            lr=1e-3, bf16=mode != "fp32", bf16_compute_copy=mode == "copy",
-            micro_batch_tokens=64, grad_checkpointing=True))
+        learners[mode] = Learner(
+            models[mode],
+            LearnerConfig(
+                lr=1e-3,
+                bf16=mode != "fp32",
+                bf16_compute_copy=mode == "copy",
+                micro_batch_tokens=64,
+                grad_checkpointing=True,
+            ),
+        )
         learners[mode].train_step(samples)
     compute = learners["copy"].compute
     assert learners["autocast"].compute is None and learners["fp32"].compute is None
@@ -318,8 +374,10 @@ def test_bf16_compute_copy_trains_float32_master_weights(tied):
         assert compute.module.lm_head.weight is compute.module.model.embed_tokens.weight
 
     def worst(mode):  # the learner leaves the last step's gradients in .grad
-        return max(float((a.grad - b.grad).norm() / a.grad.norm()) for a, b in zip(
-            models["fp32"].parameters(), models[mode].parameters(), strict=True))
+        return max(
+            float((a.grad - b.grad).norm() / a.grad.norm())
+            for a, b in zip(models["fp32"].parameters(), models[mode].parameters(), strict=True)
+        )
 
     assert worst("copy") < 8 * BF16_U and worst("copy") < 4 * worst("autocast")
     compute.load_master()  # the next step starts from the updated master weights

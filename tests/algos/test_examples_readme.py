@@ -30,8 +30,9 @@ pytest.importorskip("uvicorn")
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "examples" / "README.md"
 # Appended to the README's commands of these programs (long training runs); the README says so.
-SIZE_FLAGS = {"algos.dapo": "--iterations 1 --problems-per-iteration 4 --group-size 8 "
-                            "--batch-size 8"}
+SIZE_FLAGS = {
+    "algos.dapo": "--iterations 1 --problems-per-iteration 4 --group-size 8 --batch-size 8"
+}
 PORT = "8000"  # the README's gateway port, replaced by a free one
 
 
@@ -39,8 +40,14 @@ def readme_blocks() -> list[list[list[str]]]:
     """Each fenced bash block of examples/README.md as its commands (argv lists)."""
     text = README.read_text(encoding="utf-8")
     blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
-    return [[argv for line in block.replace("\\\n", " ").splitlines()
-             if (argv := shlex.split(line, comments=True))] for block in blocks]
+    return [
+        [
+            argv
+            for line in block.replace("\\\n", " ").splitlines()
+            if (argv := shlex.split(line, comments=True))
+        ]
+        for block in blocks
+    ]
 
 
 def _block_id(block: list[list[str]]) -> str:
@@ -49,8 +56,14 @@ def _block_id(block: list[list[str]]) -> str:
 
 BLOCKS = readme_blocks()
 # a DAPO run, even cut to one iteration, takes ~35 s here: marked slow
-CASES = [pytest.param(b, id=_block_id(b), marks=[pytest.mark.slow] * any(
-    a[1:3] == ["-m", "algos.dapo"] for a in b)) for b in BLOCKS]
+CASES = [
+    pytest.param(
+        b,
+        id=_block_id(b),
+        marks=[pytest.mark.slow] * any(a[1:3] == ["-m", "algos.dapo"] for a in b),
+    )
+    for b in BLOCKS
+]
 
 
 def test_the_readme_has_commands_and_names_what_the_tests_change():
@@ -72,11 +85,19 @@ def _free_port() -> str:
 
 def _start_server(argv: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     """A ``... &`` line: its own process, waited on until it prints its URL."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     with log.open("w") as out:  # the child keeps its own handle
-        proc = subprocess.Popen([sys.executable, *argv[1:]], cwd=cwd, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, *argv[1:]],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     deadline = time.monotonic() + 240
     while "http://" not in log.read_text():
         assert proc.poll() is None, f"{shlex.join(argv)} exited: {log.read_text()[-2000:]}"
@@ -129,8 +150,11 @@ def test_readme_block_runs_as_written(block, tmp_path: Path, monkeypatch):
         for k, argv in enumerate(block):
             argv = [a.replace(f":{PORT}", f":{port}") for a in argv]
             if argv[-1] == "&":
-                servers.append(_start_server([*argv[:-1], "--port", port], tmp_path,
-                                             tmp_path / f"server{k}.log"))
+                servers.append(
+                    _start_server(
+                        [*argv[:-1], "--port", port], tmp_path, tmp_path / f"server{k}.log"
+                    )
+                )
                 continue
             if argv[1] == "-m" and argv[2] in SIZE_FLAGS:
                 argv = [*argv, *SIZE_FLAGS[argv[2]].split()]

@@ -129,8 +129,11 @@ def test_packed_attention_runs_per_sequence_without_a_mask_and_matches_the_mask_
     real_sdpa_mask = mu.sdpa_mask
     monkeypatch.setattr(mu, "sdpa_mask", lambda *a, **k: built.append(1) or real_sdpa_mask(*a, **k))
     runs = {}
-    for name, cfg in {"mask": {"packed_attention": False}, "segments": {},
-                      "segments+ckpt": {"grad_checkpointing": True}}.items():
+    for name, cfg in {
+        "mask": {"packed_attention": False},
+        "segments": {},
+        "segments+ckpt": {"grad_checkpointing": True},
+    }.items():
         model = copy.deepcopy(base)
         learner = Learner(model, LearnerConfig(lr=1e-3, micro_batch_tokens=10_000, **cfg))
         built.clear()
@@ -153,8 +156,9 @@ def test_packed_attention_runs_per_sequence_without_a_mask_and_matches_the_mask_
     pad = torch.ones(2, 12, dtype=torch.long)
     pad[1, :5] = 0
     with torch.no_grad():
-        torch.testing.assert_close(switched(ids, attention_mask=pad).logits,
-                                   plain(ids, attention_mask=pad).logits)
+        torch.testing.assert_close(
+            switched(ids, attention_mask=pad).logits, plain(ids, attention_mask=pad).logits
+        )
 
 
 # ---------------------------------------------------------------- the update
@@ -195,8 +199,9 @@ def test_grad_checkpointing_gives_the_same_update_and_bf16_runs():
 
 def test_per_token_advantages_equal_broadcast_sequence_advantage():
     samples = make_samples(4, seed=11)
-    per_token = [Sample(s.input_ids, s.loss_mask, s.old_logprobs, [s.advantage] * len(s))
-                 for s in samples]
+    per_token = [
+        Sample(s.input_ids, s.loss_mask, s.old_logprobs, [s.advantage] * len(s)) for s in samples
+    ]
     base = tiny_llama()
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     Learner(a, LearnerConfig(lr=1e-3)).train_step(samples)
@@ -243,10 +248,19 @@ def test_nan_loss_skips_the_step_and_training_goes_on():
 
 def test_lr_schedule_and_config_errors():
     sched = LRSchedule(warmup_steps=2, schedule="cosine", total_steps=6, min_lr_ratio=0.0)
-    want = [0.5, 1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4)), 0.0]
+    want = [
+        0.5,
+        1.0,
+        1.0,
+        0.5 * (1 + math.cos(math.pi / 4)),
+        0.5,
+        0.5 * (1 + math.cos(3 * math.pi / 4)),
+        0.0,
+    ]
     assert [round(sched(k), 6) for k in range(7)] == [round(w, 6) for w in want]
-    learner = Learner(tiny_llama(), LearnerConfig(lr=1e-2, warmup_steps=2, schedule="cosine",
-                                                  total_steps=6))
+    learner = Learner(
+        tiny_llama(), LearnerConfig(lr=1e-2, warmup_steps=2, schedule="cosine", total_steps=6)
+    )
     lrs = [learner.train_step(make_samples(2, seed=9))["lr"] for _ in range(4)]
     assert lrs == pytest.approx([1e-2 * w for w in want[:4]])
     with pytest.raises(ValueError, match="total_steps"):
@@ -264,8 +278,9 @@ def test_lr_schedule_and_config_errors():
 
 
 def _cfg() -> LearnerConfig:
-    return LearnerConfig(lr=1e-3, micro_batch_tokens=120, warmup_steps=1, schedule="cosine",
-                         total_steps=10)
+    return LearnerConfig(
+        lr=1e-3, micro_batch_tokens=120, warmup_steps=1, schedule="cosine", total_steps=10
+    )
 
 
 def test_resume_from_checkpoint_matches_uninterrupted(tmp_path):
@@ -367,9 +382,13 @@ def test_killed_process_resumes_from_last_complete_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt"
 
     def start(mode: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(script), mode, str(ckpt),
-                                 str(tmp_path / f"{mode}.pt")], cwd=REPO, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [sys.executable, str(script), mode, str(ckpt), str(tmp_path / f"{mode}.pt")],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def run(mode: str) -> subprocess.CompletedProcess:
         proc = start(mode)
@@ -391,6 +410,7 @@ def test_killed_process_resumes_from_last_complete_checkpoint(tmp_path):
     want = torch.load(tmp_path / "reference.pt")
     for k in want:
         torch.testing.assert_close(got[k], want[k], atol=0.0, rtol=0.0, msg=k)
+
 
 # ================================================================ found by mutation testing
 # Learner behaviour that mutation testing found unchecked (benchmarks/mutation.py learner):
@@ -431,19 +451,39 @@ def test_logged_metrics_do_not_depend_on_micro_batching():
     curves must not change with micro_batch_tokens. One sample has a single policy token
     (its micro-batch weighs 1) and a low sampler log-prob (it holds the smallest ratio)."""
     samples = make_samples(6, seed=21)
-    samples.append(Sample([3, 4, 5, 6], [0, 0, 1, 0], old_logprobs=[0.0, 0.0, -4.0, 0.0],
-                          advantage=-0.7, sample_id="one-token"))
+    samples.append(
+        Sample(
+            [3, 4, 5, 6],
+            [0, 0, 1, 0],
+            old_logprobs=[0.0, 0.0, -4.0, 0.0],
+            advantage=-0.7,
+            sample_id="one-token",
+        )
+    )
     base = tiny_llama()
     runs = []
     for budget in (100_000, 1):  # one micro-batch; one per sample (a sequence over budget)
-        learner = Learner(copy.deepcopy(base),
-                          LearnerConfig(lr=1e-3, micro_batch_tokens=budget, log_entropy=True))
+        learner = Learner(
+            copy.deepcopy(base), LearnerConfig(lr=1e-3, micro_batch_tokens=budget, log_entropy=True)
+        )
         runs.append(learner.train_step(samples))
     one, each = runs
     assert one["micro_batches"] == 1 and each["micro_batches"] == len(samples)
-    keys = ("loss", "pg_loss", "approx_kl", "ratio_mean", "ratio_max", "ratio_min",
-            "clip_frac_low", "clip_frac_high", "mismatch_kl", "mismatch_ratio_mean",
-            "mismatch_ratio_max", "mismatch_ratio_min", "entropy")
+    keys = (
+        "loss",
+        "pg_loss",
+        "approx_kl",
+        "ratio_mean",
+        "ratio_max",
+        "ratio_min",
+        "clip_frac_low",
+        "clip_frac_high",
+        "mismatch_kl",
+        "mismatch_ratio_mean",
+        "mismatch_ratio_max",
+        "mismatch_ratio_min",
+        "entropy",
+    )
     for key in keys:
         assert math.isclose(one[key], each[key], rel_tol=1e-5, abs_tol=1e-7), (key, one, each)
     assert one["ratio_min"] < 0.6  # exp(~-4.85 + 4.0): the one-token sample's
@@ -502,25 +542,34 @@ def test_entropy_is_computed_only_when_logged_or_in_the_loss():
 def test_kl_penalty_uses_the_configured_estimator_over_the_whole_step(kind):
     """With reference log-probs carried by the samples (no reference model):
     loss(kl_coef=b) = loss(0) + b * token-mean of k(logp, ref) over every micro-batch."""
-    samples = [dataclasses.replace(s, ref_logprobs=[(v - 0.3) * m for v, m in
-                                                    zip(s.old_logprobs, s.loss_mask, strict=True)])
-               for s in make_samples(5, seed=26)]
+    samples = [
+        dataclasses.replace(
+            s,
+            ref_logprobs=[(v - 0.3) * m for v, m in zip(s.old_logprobs, s.loss_mask, strict=True)],
+        )
+        for s in make_samples(5, seed=26)
+    ]
     base = tiny_llama()
     reports = {}
     for coef in (0.0, 0.5):
-        cfg = LearnerConfig(lr=1e-3, loss="grpo", kl_coef=coef, kl_estimator=kind,
-                            micro_batch_tokens=40)
+        cfg = LearnerConfig(
+            lr=1e-3, loss="grpo", kl_coef=coef, kl_estimator=kind, micro_batch_tokens=40
+        )
         reports[coef] = Learner(copy.deepcopy(base), cfg).train_step(samples)
     assert reports[0.5]["micro_batches"] > 1
-    kl = [core.kl_estimate(lp, torch.tensor(s.ref_logprobs, dtype=torch.float64), kind)
-          for (lp, _), s in zip(_alone(base, samples), samples, strict=True)]
+    kl = [
+        core.kl_estimate(lp, torch.tensor(s.ref_logprobs, dtype=torch.float64), kind)
+        for (lp, _), s in zip(_alone(base, samples), samples, strict=True)
+    ]
     want = reports[0.0]["loss"] + 0.5 * _aggregate(kl, samples, "token-mean")
     assert reports[0.5]["loss"] == pytest.approx(want, abs=1e-5)
 
 
 def test_a_missing_reference_names_the_sample_without_one():
-    samples = [dataclasses.replace(s, ref_logprobs=s.old_logprobs, sample_id=f"s{i}")
-               for i, s in enumerate(make_samples(3, seed=27))]
+    samples = [
+        dataclasses.replace(s, ref_logprobs=s.old_logprobs, sample_id=f"s{i}")
+        for i, s in enumerate(make_samples(3, seed=27))
+    ]
     samples[1].ref_logprobs = None
     learner = Learner(tiny_llama(), LearnerConfig(loss="grpo", kl_coef=0.1))
     with pytest.raises(ValueError, match="sample 's1' has none"):
@@ -555,9 +604,11 @@ def test_a_registered_loss_receives_the_configured_loss_kwargs():
         samples = make_samples(2, seed=29)
         Learner(tiny_llama(), cfg).train_step(samples)  # with sampler log-probs
         Learner(tiny_llama(), cfg).train_step(
-            [dataclasses.replace(s, old_logprobs=None) for s in samples])  # without
-        corrected = LearnerConfig(loss="test_scaled_ratio_pg", loss_kwargs={"scale": 2.0},
-                                  off_policy_correction="tis")
+            [dataclasses.replace(s, old_logprobs=None) for s in samples]
+        )  # without
+        corrected = LearnerConfig(
+            loss="test_scaled_ratio_pg", loss_kwargs={"scale": 2.0}, off_policy_correction="tis"
+        )
         Learner(tiny_llama(), corrected).train_step(samples)
     finally:
         core.POLICY_LOSSES.pop("test_scaled_pg")
@@ -619,8 +670,13 @@ def test_a_checkpoint_without_learner_counters_loads_with_none_skipped(tmp_path)
     from algos.checkpoint import save_checkpoint
 
     learner = Learner(tiny_llama(), LearnerConfig(lr=1e-3))
-    save_checkpoint(tmp_path / "c", model=learner.model, optimizer=learner.optimizer,
-                    scheduler=learner.scheduler, step=3)
+    save_checkpoint(
+        tmp_path / "c",
+        model=learner.model,
+        optimizer=learner.optimizer,
+        scheduler=learner.scheduler,
+        step=3,
+    )
     other = Learner(tiny_llama(seed=1), LearnerConfig(lr=1e-3))
     other.skipped_steps = 5
     other.load_checkpoint(tmp_path / "c")
@@ -652,19 +708,25 @@ def test_bf16_compute_copy_trains_the_float32_master_weights_on_cpu():
 # ---------------------------------------------------------------- configuration
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("lr", 0.0, "lr must be > 0; got 0.0"),
-    ("schedule", "cosinus", "unknown schedule 'cosinus'; choose one of: constant, cosine"),
-    ("warmup_steps", -1, "warmup_steps must be >= 0; got -1"),
-    ("micro_batch_tokens", 0, "micro_batch_tokens must be >= 1; got 0"),
-    ("grad_clip", 0.0, "grad_clip must be > 0 or None; got 0.0"),
-    ("agg_mode", "tokens", "unknown agg_mode 'tokens'; choose one of: seq-mean-token-mean,"),
-    ("kl_estimator", "k4", "unknown kl_estimator 'k4'; choose one of: k1, k2, k3"),
-    ("kl_coef", -0.1, "kl_coef must be >= 0; got -0.1"),
-    ("off_policy_correction", "tsi",
-     "unknown off_policy_correction 'tsi'; choose one of: decoupled, none, tis"),
-    ("is_cap", 0.0, "is_cap must be > 0; got 0.0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("lr", 0.0, "lr must be > 0; got 0.0"),
+        ("schedule", "cosinus", "unknown schedule 'cosinus'; choose one of: constant, cosine"),
+        ("warmup_steps", -1, "warmup_steps must be >= 0; got -1"),
+        ("micro_batch_tokens", 0, "micro_batch_tokens must be >= 1; got 0"),
+        ("grad_clip", 0.0, "grad_clip must be > 0 or None; got 0.0"),
+        ("agg_mode", "tokens", "unknown agg_mode 'tokens'; choose one of: seq-mean-token-mean,"),
+        ("kl_estimator", "k4", "unknown kl_estimator 'k4'; choose one of: k1, k2, k3"),
+        ("kl_coef", -0.1, "kl_coef must be >= 0; got -0.1"),
+        (
+            "off_policy_correction",
+            "tsi",
+            "unknown off_policy_correction 'tsi'; choose one of: decoupled, none, tis",
+        ),
+        ("is_cap", 0.0, "is_cap must be > 0; got 0.0"),
+    ],
+)
 def test_config_errors_name_the_field_the_value_and_the_choices(field, value, message):
     with pytest.raises(ValueError) as err:
         LearnerConfig(**{field: value})
@@ -702,8 +764,9 @@ def test_a_step_without_gradient_decays_only_the_matrices_by_lr_times_weight_dec
     model = tiny_llama()
     before = copy.deepcopy(model)
     cfg = LearnerConfig(lr=1e-2, weight_decay=0.1, loss="pg")
-    Learner(model, cfg).train_step([dataclasses.replace(s, advantage=0.0)
-                                    for s in make_samples(2, seed=35)])
+    Learner(model, cfg).train_step(
+        [dataclasses.replace(s, advantage=0.0) for s in make_samples(2, seed=35)]
+    )
     for (name, p), q in zip(model.named_parameters(), before.parameters(), strict=True):
         want = q * (1 - 1e-2 * 0.1) if p.ndim >= 2 else q
         torch.testing.assert_close(p, want, rtol=1e-6, atol=0.0, msg=name)
@@ -718,7 +781,8 @@ def test_the_configured_adam_hyper_parameters_reach_the_optimiser():
 def test_the_padded_baseline_reports_its_padding():
     samples = make_samples(6, seed=36)
     m = Learner(tiny_llama(), LearnerConfig(packing=False, micro_batch_tokens=200)).train_step(
-        samples)
+        samples
+    )
     assert m["padded_tokens"] > m["tokens"] == sum(len(s) for s in samples)
 
 
@@ -730,8 +794,9 @@ def test_log_probs_are_taken_at_the_sampling_temperature():
         logits = model(torch.tensor([sample.input_ids])).logits[0].double()
     ids = torch.tensor(sample.input_ids)
     want = torch.log_softmax(logits[:-1] / 0.7, dim=-1).gather(1, ids[1:, None])[:, 0]
-    torch.testing.assert_close(torch.tensor(got[1:], dtype=torch.float64), want,
-                               atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(got[1:], dtype=torch.float64), want, atol=2e-5, rtol=1e-5
+    )
     assert got[0] == 0.0
 
 
@@ -745,13 +810,16 @@ def test_seq_mean_counts_only_the_sequences_that_hold_a_loss_token():
     and one with a single loss token, each in a micro-batch of its own: the mean is over the
     sequences that have loss tokens (pg: the per-token loss is -A * logp)."""
     samples = [dataclasses.replace(s, old_logprobs=None) for s in make_samples(3, seed=38)]
-    samples += [Sample([5, 6, 7], [0, 0, 0], advantage=1.5, sample_id="no-loss"),
-                Sample([8, 9, 10], [0, 1, 0], advantage=-0.5, sample_id="one-token")]
+    samples += [
+        Sample([5, 6, 7], [0, 0, 0], advantage=1.5, sample_id="no-loss"),
+        Sample([8, 9, 10], [0, 1, 0], advantage=-0.5, sample_id="one-token"),
+    ]
     base = tiny_llama()
     cfg = LearnerConfig(loss="pg", agg_mode="seq-mean-token-mean", micro_batch_tokens=1)
     m = Learner(copy.deepcopy(base), cfg).train_step(samples)
-    per_token = [-s.advantage * lp for (lp, _), s in zip(_alone(base, samples), samples,
-                                                           strict=True)]
+    per_token = [
+        -s.advantage * lp for (lp, _), s in zip(_alone(base, samples), samples, strict=True)
+    ]
     want = _aggregate(per_token, samples, "seq-mean-token-mean")
     assert m["loss"] == pytest.approx(want, rel=1e-5)
 
@@ -763,9 +831,17 @@ def _recomputed(seed: int) -> list[Sample]:
     """Samples whose old log-probs were recomputed by the learner (-1 on policy tokens) and
     whose sampler's were -1.5: weight exp(0.5) = 1.648721 on every policy token."""
     mask = [0, 0, 1, 1, 0, 1, 1, 1]
-    return [Sample(list(range(3 + i, 11 + i)), mask, old_logprobs=[-1.0 * x for x in mask],
-                   sampler_logprobs=[-1.5 * x for x in mask], advantage=1.0 - i, sample_id=i)
-            for i in range(3)]
+    return [
+        Sample(
+            list(range(3 + i, 11 + i)),
+            mask,
+            old_logprobs=[-1.0 * x for x in mask],
+            sampler_logprobs=[-1.5 * x for x in mask],
+            advantage=1.0 - i,
+            sample_id=i,
+        )
+        for i in range(3)
+    ]
 
 
 def test_without_recomputed_logprobs_the_mismatch_is_this_steps_policy_against_the_sampler():
@@ -778,8 +854,9 @@ def test_without_recomputed_logprobs_the_mismatch_is_this_steps_policy_against_t
 
 
 def test_decoupled_correction_drops_the_tokens_over_the_cap():
-    m = Learner(tiny_llama(), LearnerConfig(lr=1e-3, off_policy_correction="decoupled",
-                                            is_cap=1.2)).train_step(_recomputed(40))
+    m = Learner(
+        tiny_llama(), LearnerConfig(lr=1e-3, off_policy_correction="decoupled", is_cap=1.2)
+    ).train_step(_recomputed(40))
     assert m["is_capped_frac"] == 1.0 and m["is_weight_mean"] == 0.0  # tis would keep 1.2
     assert m["loss"] == 0.0
 
@@ -788,8 +865,9 @@ def test_truncated_correction_normalises_over_the_whole_step():
     base = tiny_llama()
     reports = []
     for budget in (100_000, 1):
-        cfg = LearnerConfig(lr=1e-3, off_policy_correction="tis", is_cap=1.2,
-                            micro_batch_tokens=budget)
+        cfg = LearnerConfig(
+            lr=1e-3, off_policy_correction="tis", is_cap=1.2, micro_batch_tokens=budget
+        )
         reports.append(Learner(copy.deepcopy(base), cfg).train_step(_recomputed(41)))
     one, each = reports
     assert one["micro_batches"] == 1 and each["micro_batches"] == 3

@@ -21,28 +21,75 @@ from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_ARGS = [
-    "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
-    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-    "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "2",
-    "--length-penalty", "false", "--checkpoint-every", "0", "--progress", "false",
-    "--on-exhausted", "skip",  # as benchmarks/bench_learning.py: it used to hide the failure
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "w"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "4",
+    "--problems-per-iteration",
+    "2",
+    "--batch-size",
+    "2",
+    "--length-penalty",
+    "false",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
+    "--on-exhausted",
+    "skip",  # as benchmarks/bench_learning.py: it used to hide the failure
 ]
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
-    return toy_run.toy_cfg(tmp_path, **{**dict(
-        group_size=4, problems_per_iteration=2, batch_size=2, filter="none", iterations=1,
-        concurrency=8), **kw})
+    return toy_run.toy_cfg(
+        tmp_path,
+        **{
+            **dict(
+                group_size=4,
+                problems_per_iteration=2,
+                batch_size=2,
+                filter="none",
+                iterations=1,
+                concurrency=8,
+            ),
+            **kw,
+        },
+    )
 
 
 def test_cli_run_whose_every_reward_raises_exits_nonzero_with_the_message(tmp_path: Path):
     (tmp_path / "broken_reward.py").write_text(
-        "def reward(traj):\n    raise RuntimeError('grader cannot reach its database')\n")
+        "def reward(traj):\n    raise RuntimeError('grader cannot reach its database')\n"
+    )
     res = subprocess.run(
-        [sys.executable, "-m", "algos.dapo", *TOY_ARGS, "--iterations", "2",
-         "--reward-fn", "broken_reward:reward", "--run-dir", str(tmp_path / "run")],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "algos.dapo",
+            *TOY_ARGS,
+            "--iterations",
+            "2",
+            "--reward-fn",
+            "broken_reward:reward",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode != 0, res.stdout[-2000:]
     assert "8 of 8 episodes failed" in res.stderr, res.stderr[-2000:]
     assert "RuntimeError: grader cannot reach its database" in res.stderr
@@ -55,11 +102,13 @@ def test_every_rollout_failing_stops_the_run_with_the_first_error(tmp_path: Path
     def reply(conversation):
         raise RuntimeError("Expected all tensors to be on the same device")
 
-    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok),
-                    on_policy=False)
+    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok), on_policy=False)
     trainer = Trainer(cfg, "dapo", policy=policy)
-    with pytest.raises(EpisodesFailed, match=r"iteration 1: 8 of 8 episodes failed .*first "
-                                             r"error: rollout .*same device"):
+    with pytest.raises(
+        EpisodesFailed,
+        match=r"iteration 1: 8 of 8 episodes failed .*first "
+        r"error: rollout .*same device",
+    ):
         trainer.run()
     assert trainer.learner.step == 0
 
@@ -101,17 +150,36 @@ def test_sandbox_and_grading_failures_count_toward_the_share(tmp_path: Path):
     from agents.trajectory import Trajectory, Turn
     from algos.scoring import Counters, check_episode_errors, score_trajectories
 
-    trajs = [Trajectory(task_id=f"t{i}", turns=[Turn(action="x")], token_exact=True,
-                        finish_reason=("sandbox_failed", "grading_error")[i % 2],
-                        error="container gone") for i in range(4)]
+    trajs = [
+        Trajectory(
+            task_id=f"t{i}",
+            turns=[Turn(action="x")],
+            token_exact=True,
+            finish_reason=("sandbox_failed", "grading_error")[i % 2],
+            error="container gone",
+        )
+        for i in range(4)
+    ]
     counters = Counters()
     scored = score_trajectories(trajs, [0, 0, 1, 1], None, counters)
     assert [s.reward for s in scored] == [0.0] * 4 and counters.env_failures == 4
-    with pytest.raises(EpisodesFailed, match=r"4 of 4 episodes failed .*4 sandbox/grading "
-                                             r"failures.*first error: env t0: sandbox_failed"):
+    with pytest.raises(
+        EpisodesFailed,
+        match=r"4 of 4 episodes failed .*4 sandbox/grading "
+        r"failures.*first error: env t0: sandbox_failed",
+    ):
         check_episode_errors(counters, 0.5, "iteration 1")
     one = Counters()
-    score_trajectories(trajs[:1] + [Trajectory(task_id="ok", turns=[Turn(action="x")],
-                                                     token_exact=True, finish_reason="submitted")]
-                       * 3, [0, 0, 1, 1], None, one)
+    score_trajectories(
+        trajs[:1]
+        + [
+            Trajectory(
+                task_id="ok", turns=[Turn(action="x")], token_exact=True, finish_reason="submitted"
+            )
+        ]
+        * 3,
+        [0, 0, 1, 1],
+        None,
+        one,
+    )
     check_episode_errors(one, 0.5, "iteration 1")  # 1 of 4: below the share, the run goes on

@@ -34,17 +34,28 @@ def tokenizer():
 
 def _spec(agent=AGENT):
     return SimpleNamespace(
-        agent=agent, env="SWEStarter-v0", env_kwargs={"max_turns": 12, "command_timeout": 30},
-        concurrency=1, episode_timeout_s=300,
-        agent_kwargs={"params": SamplingParams(temperature=0.7, max_new_tokens=512),
-                      "max_context_tokens": 16384})
+        agent=agent,
+        env="SWEStarter-v0",
+        env_kwargs={"max_turns": 12, "command_timeout": 30},
+        concurrency=1,
+        episode_timeout_s=300,
+        agent_kwargs={
+            "params": SamplingParams(temperature=0.7, max_new_tokens=512),
+            "max_context_tokens": 16384,
+        },
+    )
 
 
 def _trained(traj) -> tuple[list[int], Counters]:
     """The token ids the learner trains on (loss mask 1), over all the episode's samples."""
     counters = Counters()
-    samples = to_samples([Scored(traj, 0, traj.reward, advantage=1.0)], counters,
-                         max_tokens=16384, mask_invalid=True, overlong_filter=False)
+    samples = to_samples(
+        [Scored(traj, 0, traj.reward, advantage=1.0)],
+        counters,
+        max_tokens=16384,
+        mask_invalid=True,
+        overlong_filter=False,
+    )
     ids = [i for s in samples for i, m in zip(s.input_ids, s.loss_mask, strict=True) if m]
     return ids, counters
 
@@ -102,11 +113,36 @@ def test_a_gateway_error_ends_the_episode_at_once(tokenizer, monkeypatch):
 # resolved episode in 2 turns, the shortest trajectory the learner's vocabulary-sized head runs
 # over), a tiny random policy, every sample kept (--filter none: equal rewards in the group, so
 # DAPO's filter would drop it and refill) and one optimiser step.
-TINY_DAPO = ["--tasks", TASK, "--policy", "tiny-random", "--agent", AGENT, "--iterations", "1",
-             "--problems-per-iteration", "1", "--group-size", "2", "--batch-size", "2",
-             "--filter", "none", "--max-refill-rounds", "0", "--length-penalty", "false",
-             "--max-turns", "4", "--max-new-tokens", "512", "--max-context-tokens", "4096",
-             "--progress", "false"]
+TINY_DAPO = [
+    "--tasks",
+    TASK,
+    "--policy",
+    "tiny-random",
+    "--agent",
+    AGENT,
+    "--iterations",
+    "1",
+    "--problems-per-iteration",
+    "1",
+    "--group-size",
+    "2",
+    "--batch-size",
+    "2",
+    "--filter",
+    "none",
+    "--max-refill-rounds",
+    "0",
+    "--length-penalty",
+    "false",
+    "--max-turns",
+    "4",
+    "--max-new-tokens",
+    "512",
+    "--max-context-tokens",
+    "4096",
+    "--progress",
+    "false",
+]
 
 
 def test_one_tiny_dapo_iteration_trains_on_mini_swe_agent_episodes(tmp_path: Path):
@@ -123,14 +159,18 @@ def test_one_tiny_dapo_iteration_trains_on_mini_swe_agent_episodes(tmp_path: Pat
     script = tmp_path / "oracle.json"
     script.write_text(json.dumps({TASK: oracle_actions(task, explore=False)}), encoding="utf-8")
     run = tmp_path / "run"
-    assert dapo.main([*TINY_DAPO, "--rollout-model", f"scripted:{script}",
-                      "--run-dir", str(run)]) == 0
+    assert (
+        dapo.main([*TINY_DAPO, "--rollout-model", f"scripted:{script}", "--run-dir", str(run)]) == 0
+    )
     (row,) = read_metrics(run)
     assert (row["episodes"], row["kept"], row["optimizer_steps"]) == (2, 2, 1), row
     assert row["resolved_rate"] == 1.0 and row["rollout_errors"] == 0
     assert row["segments"] == 2 and row["prefix_failures"] == 0  # every turn trained
-    episodes = [t for f in sorted((run / EPISODES_DIR).glob("iter-*.jsonl"))
-                for t in Trajectory.load_jsonl(f)]
+    episodes = [
+        t
+        for f in sorted((run / EPISODES_DIR).glob("iter-*.jsonl"))
+        for t in Trajectory.load_jsonl(f)
+    ]
     assert len(episodes) == 2 and all(t.num_turns == 2 for t in episodes)
     assert all(t.resolved and t.token_exact and t.agent["program"] == AGENT for t in episodes)
     assert (run / "checkpoint").is_dir()

@@ -17,8 +17,12 @@ T = torch.tensor
 
 
 def close(a, b, tol=1e-5):
-    return torch.allclose(torch.as_tensor(a, dtype=torch.float64),
-                          torch.as_tensor(b, dtype=torch.float64), atol=tol, rtol=0)
+    return torch.allclose(
+        torch.as_tensor(a, dtype=torch.float64),
+        torch.as_tensor(b, dtype=torch.float64),
+        atol=tol,
+        rtol=0,
+    )
 
 
 # ---------------------------------------------------------------- GSPO
@@ -36,8 +40,9 @@ def test_gspo_sequence_ratio_and_clip():
     lp = T(GSPO_LP, requires_grad=True)
     # eps 0.1/0.2: s0 = 1.105 < 1.2 is unclipped: L0 = -1.105171; s1 = 0.819 < 0.9 with A < 0 is
     # clipped: L1 = max(2 * 0.818731, 2 * 0.9) = 1.8. seq-mean: (-1.105171 + 1.8) / 2
-    loss, m = core.get_policy_loss_fn("gspo")(lp, GSPO_OLD, GSPO_ADV, GSPO_MASK,
-                                               eps_low=0.1, eps_high=0.2)
+    loss, m = core.get_policy_loss_fn("gspo")(
+        lp, GSPO_OLD, GSPO_ADV, GSPO_MASK, eps_low=0.1, eps_high=0.2
+    )
     assert close(loss, (-1.105171 + 1.8) / 2)
     loss.backward()
     # dL0/dlp_t = -A s0 / |y0| per policy token, then / 2 sequences; seq 1 is clipped: 0
@@ -49,8 +54,9 @@ def test_gspo_sequence_ratio_and_clip():
 
 def test_gspo_token_mean_weights_sequences_by_length_and_clips_high():
     # eps_high 0.05: s0 = 1.105 > 1.05 with A > 0 -> L0 = -1.05 on its 2 tokens; L1 = 1.8
-    loss, m = core.gspo_loss(T(GSPO_LP), GSPO_OLD, GSPO_ADV, GSPO_MASK, eps_low=0.1,
-                             eps_high=0.05, agg_mode="token-mean")
+    loss, m = core.gspo_loss(
+        T(GSPO_LP), GSPO_OLD, GSPO_ADV, GSPO_MASK, eps_low=0.1, eps_high=0.05, agg_mode="token-mean"
+    )
     assert close(loss, (2 * -1.05 + 1.8) / 3)
     assert close(m["clip_frac_high"], 2 / 3)
 
@@ -78,8 +84,9 @@ def test_trainer_advantages_by_name():
 
 
 def test_keep_groups_without_failures():
-    keep = core.keep_groups_without_failures(T([False, True, False, False, False]),
-                                             T([0, 0, 1, 1, 2]))
+    keep = core.keep_groups_without_failures(
+        T([False, True, False, False, False]), T([0, 0, 1, 1, 2])
+    )
     assert keep.tolist() == [False, False, True, True, True]
 
 
@@ -88,13 +95,23 @@ def _traj(task, reason="submitted"):
 
 
 def test_mask_failed_groups_drops_the_whole_group_of_a_failed_episode():
-    trajs = [_traj("a"), _traj("a", "error"), _traj("b"), _traj("b", "max_turns"),
-             _traj("c", "timeout"), _traj("c"), _traj("d", "sandbox_failed"), _traj("d"),
-             _traj("e"), _traj("e", "grading_error")]
+    trajs = [
+        _traj("a"),
+        _traj("a", "error"),
+        _traj("b"),
+        _traj("b", "max_turns"),
+        _traj("c", "timeout"),
+        _traj("c"),
+        _traj("d", "sandbox_failed"),
+        _traj("d"),
+        _traj("e"),
+        _traj("e", "grading_error"),
+    ]
     groups = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     # score_trajectories dropped the errored episode; the others were scored (reward 0)
-    scored = [Scored(t, g, 0.0) for t, g in zip(trajs, groups, strict=True)
-              if t.finish_reason != "error"]
+    scored = [
+        Scored(t, g, 0.0) for t, g in zip(trajs, groups, strict=True) if t.finish_reason != "error"
+    ]
     counters = Counters()
     kept = mask_failed_groups(trajs, groups, scored, counters)
     assert [s.traj for s in kept] == trajs[2:4]  # hitting max_turns is the policy's doing
@@ -135,8 +152,9 @@ def test_mismatch_metrics():
 def test_token_weights_multiply_the_clipped_loss_and_its_gradient():
     # ratio 1 everywhere, A = 2: L_t = -2 * w_t = -1, -3; token-mean over 2 tokens = -2
     lp = T([[0.0, -1.0, -1.0]], requires_grad=True)
-    loss, _ = core.dapo_loss(lp, lp.detach().clone(), T([2.0]), T([[0, 1, 1]]),
-                             token_weights=T([[0.0, 0.5, 1.5]]))
+    loss, _ = core.dapo_loss(
+        lp, lp.detach().clone(), T([2.0]), T([[0, 1, 1]]), token_weights=T([[0.0, 0.5, 1.5]])
+    )
     assert close(loss, -2.0)
     loss.backward()
     assert close(lp.grad, [[0.0, -0.5, -1.5]])
@@ -159,9 +177,15 @@ def test_decoupled_ppo_clips_around_the_proximal_policy():
 def _tiny_learner(**kw):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
-                      max_position_embeddings=64)
+    cfg = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     return Learner(LlamaForCausalLM(cfg), LearnerConfig(lr=1e-3, loss="dapo", grad_clip=None, **kw))
 
@@ -171,9 +195,16 @@ def test_learner_logs_the_mismatch_between_recomputed_and_sampler_logprobs():
     # sampler's (-1.5): ratio exp(0.5) = 1.648721 on every policy token, whatever the model;
     # k3 = 1.648721 - 1 - 0.5; tis with cap 1.2 truncates every weight to 1.2
     mask = [0, 0, 1, 1, 0, 1]
-    samples = [Sample(list(range(3 + i, 9 + i)), mask, old_logprobs=[-1.0 * x for x in mask],
-                      sampler_logprobs=[-1.5 * x for x in mask], advantage=1.0 - 2 * i)
-               for i in range(2)]
+    samples = [
+        Sample(
+            list(range(3 + i, 9 + i)),
+            mask,
+            old_logprobs=[-1.0 * x for x in mask],
+            sampler_logprobs=[-1.5 * x for x in mask],
+            advantage=1.0 - 2 * i,
+        )
+        for i in range(2)
+    ]
     m = _tiny_learner(off_policy_correction="tis", is_cap=1.2).train_step(samples)
     assert close(m["mismatch_ratio_mean"], 1.648721) and close(m["mismatch_ratio_max"], 1.648721)
     assert close(m["mismatch_kl"], 1.648721 - 1.5)
@@ -193,10 +224,15 @@ def test_learner_correction_equals_weighting_by_hand():
     a = _tiny_learner(off_policy_correction="tis", is_cap=1.2)
     lps = a.compute_logprobs([Sample(**base)])[0]
     prox = [lp * m for lp, m in zip(lps, mask, strict=True)]
-    behaviour = [p - math.log(x) if m and x > 0 else 0.0 for p, x, m in
-                 zip(prox, [1, math.exp(0.1), math.exp(0.9), math.exp(-0.4)], mask, strict=True)]
-    ma = a.train_step([Sample(**base, old_logprobs=prox, sampler_logprobs=behaviour,
-                              advantage=1.0)])
+    behaviour = [
+        p - math.log(x) if m and x > 0 else 0.0
+        for p, x, m in zip(
+            prox, [1, math.exp(0.1), math.exp(0.9), math.exp(-0.4)], mask, strict=True
+        )
+    ]
+    ma = a.train_step(
+        [Sample(**base, old_logprobs=prox, sampler_logprobs=behaviour, advantage=1.0)]
+    )
     b = _tiny_learner()
     b.train_step([Sample(**base, old_logprobs=prox, advantage=w)])
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):

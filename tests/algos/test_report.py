@@ -21,25 +21,45 @@ from algos import dapo, report
 from algos.run_io import read_metrics
 
 # a hostile observation: markup that would run if the page did not escape it
-PAYLOAD = ('<script>document.body.setAttribute("data-pwned","1")</script>'
-           '<img src=x onerror="document.body.setAttribute(\'data-pwned\',\'2\')">')
+PAYLOAD = (
+    '<script>document.body.setAttribute("data-pwned","1")</script>'
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
+)
 
 
 def _traj(task: str, seed: int, reward: float, observation: str = "ok") -> Trajectory:
-    turn = Turn(prompt_delta_ids=[1, 2], completion_ids=[3], completion_logprobs=[-0.5],
-                action=f"echo {task}", observation=observation, tool="bash", reward=reward)
-    return Trajectory(task_id=task, seed=seed, prompt="fix it", turns=[turn], reward=reward,
-                      resolved=reward > 0, finish_reason="submitted", token_exact=True)
+    turn = Turn(
+        prompt_delta_ids=[1, 2],
+        completion_ids=[3],
+        completion_logprobs=[-0.5],
+        action=f"echo {task}",
+        observation=observation,
+        tool="bash",
+        reward=reward,
+    )
+    return Trajectory(
+        task_id=task,
+        seed=seed,
+        prompt="fix it",
+        turns=[turn],
+        reward=reward,
+        resolved=reward > 0,
+        finish_reason="submitted",
+        token_exact=True,
+    )
 
 
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    rows = [{"iteration": i, "reward_mean": r, "loss": 0.1 * i, "mismatch_kl": 1e-4}
-            for i, r in enumerate([0.0, 0.5, 0.75], 1)]
+    rows = [
+        {"iteration": i, "reward_mean": r, "loss": 0.1 * i, "mismatch_kl": 1e-4}
+        for i, r in enumerate([0.0, 0.5, 0.75], 1)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report.save_iteration_episodes(run, 1, [_traj("task-a", 0, 0.0, PAYLOAD),
-                                            _traj("task-a", 1, 1.0)], policy_version=0)
+    report.save_iteration_episodes(
+        run, 1, [_traj("task-a", 0, 0.0, PAYLOAD), _traj("task-a", 1, 1.0)], policy_version=0
+    )
     report.save_iteration_episodes(run, 2, [_traj('task-"b"&<c>', 0, 0.25)], policy_version=3)
     return run
 
@@ -79,10 +99,22 @@ def _chromium() -> str:
 def load_in_browser(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
     """``(DOM after the page's scripts ran, console errors)`` from headless chromium."""
     profile = tmp_path / f"profile-{page.stem}"
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-           "--dump-dom", page.resolve().as_uri()]
+    cmd = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
@@ -125,12 +157,42 @@ def test_report_cli_errors_on_a_missing_run_dir(tmp_path, capsys):
 
 
 TINY_RUN = [
-    "--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "w"}', "--policy", "tiny-random",
-    "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-    "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "4",
-    "--max-steps-per-iteration", "1", "--filter", "none", "--length-penalty", "false",
-    "--concurrency", "8", "--checkpoint-every", "0", "--progress", "false", "--iterations", "1",
-    "--save-episodes", "4", "--off-policy-correction", "tis",
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "w"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "4",
+    "--problems-per-iteration",
+    "2",
+    "--batch-size",
+    "4",
+    "--max-steps-per-iteration",
+    "1",
+    "--filter",
+    "none",
+    "--length-penalty",
+    "false",
+    "--concurrency",
+    "8",
+    "--checkpoint-every",
+    "0",
+    "--progress",
+    "false",
+    "--iterations",
+    "1",
+    "--save-episodes",
+    "4",
+    "--off-policy-correction",
+    "tis",
 ]
 
 
@@ -145,6 +207,12 @@ def test_a_run_saves_its_episodes_and_logs_the_mismatch(tmp_path):
     saved = Trajectory.load_jsonl(run / "episodes" / "iter-000001.jsonl")
     assert len(saved) == 4 and len({t.task_id for t in saved}) == 1  # one whole group
     meta = json.loads((run / "episodes" / "iter-000001.meta.json").read_text())
-    assert meta == {"iteration": 1, "policy_version": 0, "episodes": 8, "saved": 4, "cap": 4,
-                    "sampling": "groups"}
+    assert meta == {
+        "iteration": 1,
+        "policy_version": 0,
+        "episodes": 8,
+        "saved": 4,
+        "cap": 4,
+        "sampling": "groups",
+    }
     assert f'data-task="{saved[0].task_id}"' in report.write_report(run).read_text()

@@ -22,10 +22,31 @@ TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
 
 def test_rft_on_oracle_rollouts(tmp_path: Path, capsys):
     run = tmp_path / "run"
-    assert rft.main(["--rollout-model", "oracle", "--tasks", ",".join(TASKS),
-                     "--runs-per-task", "1", "--policy", "tiny-random", "--epochs", "3",
-                     "--batch-size", "1", "--lr", "1e-3", "--progress", "false",
-                     "--run-dir", str(run)]) == 0
+    assert (
+        rft.main(
+            [
+                "--rollout-model",
+                "oracle",
+                "--tasks",
+                ",".join(TASKS),
+                "--runs-per-task",
+                "1",
+                "--policy",
+                "tiny-random",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "1",
+                "--lr",
+                "1e-3",
+                "--progress",
+                "false",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     kept = Trajectory.load_jsonl(run / "rft_data.jsonl")
     assert kept and all(t.resolved for t in kept)  # only passing runs are trained on
     rows = read_metrics(run)
@@ -73,13 +94,27 @@ def test_invalid_turns_are_masked_out_of_the_loss(trajectories_with_invalid_turn
     (sample,) = build_samples(cfg, [traj], Counters())
     first = len(traj.turns[0].prompt_delta_ids)
     n0 = len(traj.turns[0].completion_ids)
-    assert sample.loss_mask[first:first + n0] == [0] * n0  # the invalid turn: no loss
+    assert sample.loss_mask[first : first + n0] == [0] * n0  # the invalid turn: no loss
     later = sum(len(t.completion_ids) for t in traj.turns[1:])
     assert sample.num_loss_tokens == later  # every valid completion token is trained on
     run = tmp_path / "run"
-    assert rft.main(["--trajectories", str(trajectories_with_invalid_turn), "--policy",
-                     "tiny-random", "--batch-size", "1", "--progress", "false",
-                     "--run-dir", str(run)]) == 0
+    assert (
+        rft.main(
+            [
+                "--trajectories",
+                str(trajectories_with_invalid_turn),
+                "--policy",
+                "tiny-random",
+                "--batch-size",
+                "1",
+                "--progress",
+                "false",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     assert read_metrics(run)[0]["loss_tokens"] == later
     assert not (run / "episodes").exists()  # read files are not copied into the run
 
@@ -88,12 +123,31 @@ def test_mask_invalid_false_trains_on_the_invalid_turn(trajectories_with_invalid
     """The config value reaches the loss: without masking every completion token counts."""
     (traj,) = Trajectory.load_jsonl(trajectories_with_invalid_turn)
     run = tmp_path / "run"
-    assert rft.main(["--trajectories", str(trajectories_with_invalid_turn), "--policy",
-                     "tiny-random", "--batch-size", "1", "--progress", "false",
-                     "--mask-invalid", "false", "--run-dir", str(run)]) == 0
+    assert (
+        rft.main(
+            [
+                "--trajectories",
+                str(trajectories_with_invalid_turn),
+                "--policy",
+                "tiny-random",
+                "--batch-size",
+                "1",
+                "--progress",
+                "false",
+                "--mask-invalid",
+                "false",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     every = sum(len(t.completion_ids) for t in traj.turns)
-    assert read_metrics(run)[0]["loss_tokens"] == every > sum(
-        len(t.completion_ids) for t in traj.turns[1:])
+    assert (
+        read_metrics(run)[0]["loss_tokens"]
+        == every
+        > sum(len(t.completion_ids) for t in traj.turns[1:])
+    )
 
 
 def test_save_episodes_is_validated():
@@ -103,23 +157,41 @@ def test_save_episodes_is_validated():
         RFTConfig(save_episodes_sampling="grups")
 
 
-def test_tree_packing_switch_reaches_the_learner(trajectories_with_invalid_turn, smollm2_tok,
-                                                 tmp_path):
+def test_tree_packing_switch_reaches_the_learner(
+    trajectories_with_invalid_turn, smollm2_tok, tmp_path
+):
     """``--tree-packing`` (on by default, as in GRPO/DAPO): two runs of one task in a batch share
     its prompt, computed once when on, twice when off; the same loss either way."""
     from agents.models import OracleModel
 
     (scripted,) = Trajectory.load_jsonl(trajectories_with_invalid_turn)
-    oracle = rollout("SWEStarter-v0", OracleModel(tokenizer=smollm2_tok, explore=False), [TASKS[0]],
-                     n_per_task=1)
+    oracle = rollout(
+        "SWEStarter-v0", OracleModel(tokenizer=smollm2_tok, explore=False), [TASKS[0]], n_per_task=1
+    )
     path = tmp_path / "two_runs.jsonl"
     Trajectory.save_jsonl([scripted, *oracle], path)
     rows = {}
     for switch in ("true", "false"):
         run = tmp_path / f"run-{switch}"
-        assert rft.main(["--trajectories", str(path), "--policy", "tiny-random", "--batch-size",
-                         "2", "--tree-packing", switch, "--progress", "false",
-                         "--run-dir", str(run)]) == 0
+        assert (
+            rft.main(
+                [
+                    "--trajectories",
+                    str(path),
+                    "--policy",
+                    "tiny-random",
+                    "--batch-size",
+                    "2",
+                    "--tree-packing",
+                    switch,
+                    "--progress",
+                    "false",
+                    "--run-dir",
+                    str(run),
+                ]
+            )
+            == 0
+        )
         (rows[switch],) = read_metrics(run)
     on, off = rows["true"], rows["false"]
     assert on["tokens_plain"] == off["tokens_plain"] == off["tokens_computed"]
@@ -129,7 +201,8 @@ def test_tree_packing_switch_reaches_the_learner(trajectories_with_invalid_turn,
 
 
 def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
-        trajectories_with_invalid_turn, tmp_path, capsys):
+    trajectories_with_invalid_turn, tmp_path, capsys
+):
     """Ctrl-C in a step ends RFT as it ends the RL loop (run_io.save_interrupted): the steps done
     are checkpointed, the command that continues is printed, and --resume runs the rest."""
     from algos.trainer import default_learner_factory
@@ -148,8 +221,14 @@ def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
         return learner
 
     run = tmp_path / "run"
-    cfg = RFTConfig(trajectories=[str(trajectories_with_invalid_turn)], policy="tiny-random",
-                    batch_size=1, epochs=3, progress=False, run_dir=str(run))
+    cfg = RFTConfig(
+        trajectories=[str(trajectories_with_invalid_turn)],
+        policy="tiny-random",
+        batch_size=1,
+        epochs=3,
+        progress=False,
+        run_dir=str(run),
+    )
     with pytest.raises(KeyboardInterrupt):
         rft.train_rft(cfg, learner_factory=interrupted_at_step_2)
     err = capsys.readouterr().err

@@ -36,9 +36,14 @@ class NextTokenOracle(torch.nn.Module):
 
 
 def _traj(prompt: list[int], reply: list[int], prompt2: list[int], reply2: list[int]):
-    return Trajectory(task_id="t", token_exact=True, turns=[
-        Turn(prompt_delta_ids=prompt, completion_ids=reply),
-        Turn(prompt_delta_ids=prompt2, completion_ids=reply2)])
+    return Trajectory(
+        task_id="t",
+        token_exact=True,
+        turns=[
+            Turn(prompt_delta_ids=prompt, completion_ids=reply),
+            Turn(prompt_delta_ids=prompt2, completion_ids=reply2),
+        ],
+    )
 
 
 def test_greedy_probe_counts_turns_whose_reply_greedy_decoding_reproduces():
@@ -71,23 +76,48 @@ def oracle_file(tmp_path_factory) -> Path:
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_path()))
     model = OracleModel(tokenizer=tok, explore=False)
-    trajs = rollout("SWEStarter-v0", model, ["starter__tinystats-1", "starter__tinystats-2"],
-                    n_per_task=1, env_kwargs={"prompt": "compact"})
+    trajs = rollout(
+        "SWEStarter-v0",
+        model,
+        ["starter__tinystats-1", "starter__tinystats-2"],
+        n_per_task=1,
+        env_kwargs={"prompt": "compact"},
+    )
     assert all(t.resolved and len(t.turns) <= 3 for t in trajs)  # edits, then submit
     path = tmp_path_factory.mktemp("oracle") / "t.jsonl"
     Trajectory.save_jsonl(trajs, path)
     return path
 
 
-def test_rft_stops_once_the_format_probe_stops_rising(oracle_file: Path, tmp_path: Path,
-                                                       monkeypatch):
+def test_rft_stops_once_the_format_probe_stops_rising(
+    oracle_file: Path, tmp_path: Path, monkeypatch
+):
     rates = iter([0.1, 0.4, 0.6, 0.6, 0.9, 1.0])  # epoch 0 (before training), 1, 2, 3, ...
     monkeypatch.setattr(rft, "greedy_match_rate", lambda *a, **k: next(rates))
     run = tmp_path / "run"
-    assert rft.main(["--trajectories", str(oracle_file), "--policy", "tiny-random",
-                     "--epochs", "6", "--batch-size", "2", "--probe-contexts", "4",
-                     "--format-patience", "1", "--progress", "false",
-                     "--run-dir", str(run)]) == 0
+    assert (
+        rft.main(
+            [
+                "--trajectories",
+                str(oracle_file),
+                "--policy",
+                "tiny-random",
+                "--epochs",
+                "6",
+                "--batch-size",
+                "2",
+                "--probe-contexts",
+                "4",
+                "--format-patience",
+                "1",
+                "--progress",
+                "false",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     rows = read_metrics(run)
     probe = [(r["epoch"], r["format_valid"]) for r in rows if "format_valid" in r]
     assert probe == [(0, 0.1), (1, 0.4), (2, 0.6), (3, 0.6)]  # epoch 3 did not rise: stop

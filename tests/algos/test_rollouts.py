@@ -60,14 +60,24 @@ def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(mon
         return out
 
     monkeypatch.setattr(rollouts, "run_rollouts", fake_rollouts)
-    cfg = SimpleNamespace(problems_per_iteration=2, group_size=2, max_refill_rounds=2,
-                          refill_problems=1, seed=7)
+    cfg = SimpleNamespace(
+        problems_per_iteration=2, group_size=2, max_refill_rounds=2, refill_problems=1, seed=7
+    )
     plan = CollectPlan.from_config(cfg, needed=100)
     assert plan == CollectPlan(2, 2, 100, 2, 1, 7)
     ticks, solves = [], {}
-    got = collect(plan, ScoringSpec(filter="nonconstant_group"), None,
-                  TaskSampler(["a", "b", "c", "d"], seed=0), None, None, Counters(),
-                  iteration=1, solve_counts=solves, tick=ticks.append)
+    got = collect(
+        plan,
+        ScoringSpec(filter="nonconstant_group"),
+        None,
+        TaskSampler(["a", "b", "c", "d"], seed=0),
+        None,
+        None,
+        Counters(),
+        iteration=1,
+        solve_counts=solves,
+        tick=ticks.append,
+    )
     assert [len(tasks) for tasks, _ in calls] == [2, 1, 1]
     # iteration 1's rounds take the seed blocks after iteration 0's three
     assert [seed for _, seed in calls] == [7 + 1000 * k for k in (3, 4, 5)]

@@ -30,15 +30,25 @@ from algos.scoring import (
 
 
 def test_each_kind_of_failed_episode_is_dropped_and_counted_under_its_own_name():
-    trajs = [traj("ok"), traj("crash", finish="error", error="boom"), traj("empty", turns=0),
-             traj("text", token_exact=False), traj("nan", reward=float("nan")),
-             traj("sandbox", reward=0.0, finish="sandbox_failed", error="died")]
+    trajs = [
+        traj("ok"),
+        traj("crash", finish="error", error="boom"),
+        traj("empty", turns=0),
+        traj("text", token_exact=False),
+        traj("nan", reward=float("nan")),
+        traj("sandbox", reward=0.0, finish="sandbox_failed", error="died"),
+    ]
     c = Counters()
     scored = score_trajectories(trajs, [0, 0, 1, 1, 2, 2], None, c)
     assert [s.traj.task_id for s in scored] == ["ok", "sandbox"]  # a dead sandbox scores 0
     assert [s.group for s in scored] == [0, 2]
-    assert (c.episodes, c.rollout_errors, c.not_token_exact, c.reward_errors,
-            c.env_failures) == (6, 2, 1, 1, 1)
+    assert (c.episodes, c.rollout_errors, c.not_token_exact, c.reward_errors, c.env_failures) == (
+        6,
+        2,
+        1,
+        1,
+        1,
+    )
     assert c.errors[0] == "rollout crash: boom"
     assert c.errors[1] == "rollout empty: no turns"
     assert any("sandbox_failed: died" in e for e in c.errors)
@@ -46,8 +56,15 @@ def test_each_kind_of_failed_episode_is_dropped_and_counted_under_its_own_name()
 
 def test_reward_fn_replaces_the_env_reward_and_the_length_penalty_is_added():
     c = Counters()
-    scored = score_trajectories([traj(reward=0.0, turns=15)], [0], lambda t: 1.0, c,
-                                length_penalty=True, length_threshold=10, max_turns=20)
+    scored = score_trajectories(
+        [traj(reward=0.0, turns=15)],
+        [0],
+        lambda t: 1.0,
+        c,
+        length_penalty=True,
+        length_threshold=10,
+        max_turns=20,
+    )
     assert scored[0].reward == pytest.approx(1.0 + (10 - 15) / (20 - 10))
     scored = score_trajectories([traj(reward=1.0, turns=15)], [0], None, c)
     assert scored[0].reward == 1.0  # no penalty unless asked
@@ -63,12 +80,22 @@ def test_a_group_with_a_failed_or_unscored_member_is_masked_whole():
     assert c.failure_masked == 2 + 3  # a, b (group 0) and f (group 2); e was never scored
 
 
-@pytest.mark.parametrize("failed, episodes, share, raises", [
-    (0, 4, 0.0, False), (1, 4, 0.25, False), (2, 4, 0.25, True), (4, 4, 1.0, True),
-    (1, 4, 0.2, True)])
+@pytest.mark.parametrize(
+    "failed, episodes, share, raises",
+    [
+        (0, 4, 0.0, False),
+        (1, 4, 0.25, False),
+        (2, 4, 0.25, True),
+        (4, 4, 1.0, True),
+        (1, 4, 0.2, True),
+    ],
+)
 def test_error_share_boundary(failed, episodes, share, raises):
-    c = Counters(episodes=episodes, reward_errors=failed,
-                 errors=[f"reward t{i}: boom" for i in range(failed)])
+    c = Counters(
+        episodes=episodes,
+        reward_errors=failed,
+        errors=[f"reward t{i}: boom" for i in range(failed)],
+    )
     if not raises:
         check_episode_errors(c, share, "iteration 3")
         return
@@ -85,8 +112,12 @@ def test_every_failure_kind_counts_towards_the_share():
 
 
 def test_advantages_are_per_group_and_sum_to_zero_within_a_group():
-    scored = [Scored(None, 0, 1.0), Scored(None, 0, 0.0), Scored(None, 1, 1.0),
-              Scored(None, 1, 1.0)]
+    scored = [
+        Scored(None, 0, 1.0),
+        Scored(None, 0, 0.0),
+        Scored(None, 1, 1.0),
+        Scored(None, 1, 1.0),
+    ]
     assign_advantages(scored, "grpo", normalize_std=True)
     a = [s.advantage for s in scored]
     assert a[0] > 0 > a[1] and a[0] == pytest.approx(-a[1])
@@ -97,14 +128,20 @@ def test_advantages_are_per_group_and_sum_to_zero_within_a_group():
 
 
 def test_filters_keep_what_they_promise():
-    scored = [Scored(None, 0, 1.0, 0.5), Scored(None, 0, 0.0, -0.5), Scored(None, 1, 1.0, 0.0),
-              Scored(None, 1, 1.0, 0.0)]
+    scored = [
+        Scored(None, 0, 1.0, 0.5),
+        Scored(None, 0, 0.0, -0.5),
+        Scored(None, 1, 1.0, 0.0),
+        Scored(None, 1, 1.0, 0.0),
+    ]
     assert apply_filter("none", scored) == scored
     assert apply_filter("nonzero_advantage", scored) == scored[:2]
     assert apply_filter("nonconstant_group", scored) == scored[:2]
     assert apply_filter("nonzero_advantage", []) == []
-    with pytest.raises(ValueError, match="unknown filter 'bogus'; choose one of: "
-                       "nonconstant_group, none, nonzero_advantage"):
+    with pytest.raises(
+        ValueError,
+        match="unknown filter 'bogus'; choose one of: nonconstant_group, none, nonzero_advantage",
+    ):
         apply_filter("bogus", scored)
 
 
@@ -118,11 +155,13 @@ def test_nonconstant_filter_sees_the_rewards_the_advantages_see():
 
 
 def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
-    kept = [Scored(traj("a", ids=range(10), mask=[0] * 2 + [1] * 8), 0, 1.0, 0.7),
-            Scored(traj("b", finish="max_turns"), 0, 1.0, 0.1),
-            Scored(traj("c", last_reason="length"), 1, 1.0, 0.2),
-            Scored(traj("d", mask=(0, 0, 0, 0)), 1, 1.0, 0.3),
-            Scored(traj("e"), 2, 1.0, -0.4)]
+    kept = [
+        Scored(traj("a", ids=range(10), mask=[0] * 2 + [1] * 8), 0, 1.0, 0.7),
+        Scored(traj("b", finish="max_turns"), 0, 1.0, 0.1),
+        Scored(traj("c", last_reason="length"), 1, 1.0, 0.2),
+        Scored(traj("d", mask=(0, 0, 0, 0)), 1, 1.0, 0.3),
+        Scored(traj("e"), 2, 1.0, -0.4),
+    ]
     c = Counters()
     samples = to_samples(kept, c, max_tokens=6, mask_invalid=True, overlong_filter=True)
     assert [s.sample_id for s in samples] == ["a/0", "e/4"]
@@ -139,16 +178,23 @@ def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
 def test_invalid_action_masking_reaches_the_samples_only_when_asked():
     """RFT's invalid-action masking (docs/methods.md#rft): an invalid turn's completion is trained
     on unless ``mask_invalid``; the prompt tokens never are."""
-    turns = [Turn(prompt_delta_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-.1, -.2],
-                  invalid_action=True),
-             Turn(prompt_delta_ids=[5], completion_ids=[6, 7], completion_logprobs=[-.3, -.4])]
+    turns = [
+        Turn(
+            prompt_delta_ids=[1, 2],
+            completion_ids=[3, 4],
+            completion_logprobs=[-0.1, -0.2],
+            invalid_action=True,
+        ),
+        Turn(prompt_delta_ids=[5], completion_ids=[6, 7], completion_logprobs=[-0.3, -0.4]),
+    ]
     episode = Trajectory(task_id="t", turns=turns, token_exact=True, finish_reason="submitted")
     kept = [Scored(episode, 0, 1.0, 0.5)]
     masked = to_samples(kept, Counters(), max_tokens=100, mask_invalid=True, overlong_filter=False)
     assert masked[0].loss_mask == [0, 0, 0, 0, 0, 1, 1]
-    assert masked[0].old_logprobs == [0.0] * 5 + [-.3, -.4]
-    kept_all = to_samples(kept, Counters(), max_tokens=100, mask_invalid=False,
-                          overlong_filter=False)
+    assert masked[0].old_logprobs == [0.0] * 5 + [-0.3, -0.4]
+    kept_all = to_samples(
+        kept, Counters(), max_tokens=100, mask_invalid=False, overlong_filter=False
+    )
     assert kept_all[0].loss_mask == [0, 0, 1, 1, 0, 1, 1]
 
 
@@ -157,11 +203,23 @@ def test_score_groups_applies_the_spec_penalty_masking_advantages_and_filter(nor
     """One round through ``score_groups`` with every switch of the spec on: the turn penalty
     (threshold 2 of 4 turns), a group with a timed-out member masked whole, group advantages
     with or without the std, and the DAPO filter dropping a constant group."""
-    trajs = [traj("a", reward=1.0, turns=1), traj("b", reward=0.0, turns=3),
-             traj("c"), traj("d", finish="timeout"), traj("e"), traj("f")]
-    spec = ScoringSpec(filter="nonconstant_group", normalize_std=normalize_std,
-                       length_penalty=True, length_threshold=2, max_turns=4,
-                       mask_failed_groups=True, max_error_share=0.5)
+    trajs = [
+        traj("a", reward=1.0, turns=1),
+        traj("b", reward=0.0, turns=3),
+        traj("c"),
+        traj("d", finish="timeout"),
+        traj("e"),
+        traj("f"),
+    ]
+    spec = ScoringSpec(
+        filter="nonconstant_group",
+        normalize_std=normalize_std,
+        length_penalty=True,
+        length_threshold=2,
+        max_turns=4,
+        mask_failed_groups=True,
+        max_error_share=0.5,
+    )
     c = Counters()
     scored, kept = score_groups(trajs, [0, 0, 1, 1, 2, 2], spec, None, c, "iteration 1")
     assert [s.traj.task_id for s in scored] == ["a", "b", "e", "f"]
@@ -174,8 +232,9 @@ def test_score_groups_applies_the_spec_penalty_masking_advantages_and_filter(nor
 
 def test_counts_add_up_over_episodes_and_rounds():
     c = Counters()
-    score_trajectories([traj("x", token_exact=False), traj("y", token_exact=False)], [0, 1],
-                       None, c)
+    score_trajectories(
+        [traj("x", token_exact=False), traj("y", token_exact=False)], [0, 1], None, c
+    )
     assert c.not_token_exact == 2 and "use a token backend" in c.errors[0]
     kept = [Scored(traj(str(i), ids=range(10), mask=[0] + [1] * 9), 0, 1.0) for i in range(2)]
     kept += [Scored(traj(f"e{i}", mask=(0, 0, 0, 0)), 0, 1.0) for i in range(2)]
@@ -190,9 +249,13 @@ def test_counts_add_up_over_episodes_and_rounds():
 def test_error_messages_name_the_episode_and_the_cause(caplog):
     c = Counters()
     long = "x" * 400
-    trajs = [traj("crash", finish="error", error=long), traj("nan", reward=float("nan")),
-             traj("dead", finish="sandbox_failed"), traj("boom"),
-             traj("died", finish="grading_error", error=long)]
+    trajs = [
+        traj("crash", finish="error", error=long),
+        traj("nan", reward=float("nan")),
+        traj("dead", finish="sandbox_failed"),
+        traj("boom"),
+        traj("died", finish="grading_error", error=long),
+    ]
 
     def reward(t):
         if t.task_id == "boom":
@@ -220,14 +283,18 @@ def test_defaults_are_grpo_with_the_std_and_context_overflow_is_overlong():
     assert scored[0].advantage == pytest.approx(expected, rel=1e-12)
     kept = [Scored(traj("o", finish="context_overflow"), 0, 1.0), Scored(traj("k"), 0, 1.0)]
     c = Counters()
-    assert [s.sample_id for s in to_samples(kept, c, max_tokens=8, mask_invalid=False,
-                                            overlong_filter=True)] == ["k/1"]
+    assert [
+        s.sample_id
+        for s in to_samples(kept, c, max_tokens=8, mask_invalid=False, overlong_filter=True)
+    ] == ["k/1"]
     assert c.overlong_dropped == 1
 
 
 def test_samples_keep_exactly_max_tokens_and_two_token_sequences():
-    kept = [Scored(traj("six", ids=range(6), mask=[0] + [1] * 5), 0, 1.0),
-            Scored(traj("two", ids=(1, 2), mask=(0, 1)), 0, 1.0)]
+    kept = [
+        Scored(traj("six", ids=range(6), mask=[0] + [1] * 5), 0, 1.0),
+        Scored(traj("two", ids=(1, 2), mask=(0, 1)), 0, 1.0),
+    ]
     c = Counters()
     samples = to_samples(kept, c, max_tokens=6, mask_invalid=False, overlong_filter=False)
     assert [len(s.input_ids) for s in samples] == [6, 2]
@@ -240,14 +307,14 @@ def test_reward_fn_spec_is_loaded_or_refused_with_the_reason(tmp_path, monkeypat
     assert load_reward_fn(None) is None
     fn = load_reward_fn("my_rewards:half")
     assert fn(None) == 0.5
-    for bad, words in [("my_rewards", "must be 'module:function'"),
-                       ("my_rewards:missing", "cannot be imported.*missing"),
-                       ("no_such_mod_q:f", "cannot be imported.*no_such_mod_q")]:
+    for bad, words in [
+        ("my_rewards", "must be 'module:function'"),
+        ("my_rewards:missing", "cannot be imported.*missing"),
+        ("no_such_mod_q:f", "cannot be imported.*no_such_mod_q"),
+    ]:
         with pytest.raises(ConfigError, match=words) as err:
             load_reward_fn(bad)
         assert repr(bad) in str(err.value)
-
-
 
 
 @pytest.mark.parametrize("algo", ["dapo", "grpo"])

@@ -17,7 +17,11 @@ def _turn(prompt, completion, *, restart=False):
 def test_every_segment_is_a_sample_with_the_episodes_advantage():
     traj = Trajectory(task_id="t", token_exact=True, finish_reason="submitted")
     # Segment 0: turns 0-1 extend one sequence; turn 2 re-renders the edited history whole.
-    traj.turns = [_turn([1, 2, 3], [4, 5]), _turn([6], [7]), _turn([1, 2, 9, 9], [8, 8], restart=True)]
+    traj.turns = [
+        _turn([1, 2, 3], [4, 5]),
+        _turn([6], [7]),
+        _turn([1, 2, 9, 9], [8, 8], restart=True),
+    ]
     traj.agent = {"segment_starts": [0, 2], "prefix_failures": 1}
     counters = Counters()
     samples = to_samples([Scored(traj, 0, 1.0, advantage=0.75)], counters, max_tokens=100,

@@ -26,8 +26,9 @@ from algos.trainer import (
 from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[2]
-SIZES = dict(group_size=4, problems_per_iteration=2, batch_size=2, lr=1e-3, iterations=1,
-             concurrency=8)
+SIZES = dict(
+    group_size=4, problems_per_iteration=2, batch_size=2, lr=1e-3, iterations=1, concurrency=8
+)
 
 
 def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
@@ -37,15 +38,23 @@ def toy_cfg(tmp_path: Path, **kw) -> DAPOConfig:
 def test_everything_filtered_errors_after_bounded_refills(tmp_path: Path):
     cfg = toy_cfg(tmp_path, env_kwargs={"target": "never-said-xyzzy"}, max_refill_rounds=2)
     trainer = Trainer(cfg, "dapo")
-    with pytest.raises(DynamicSamplingExhausted, match=r"only 0 of batch_size=2 .* after 2 "
-                                                         r"refill round.*on_exhausted=skip"):
+    with pytest.raises(
+        DynamicSamplingExhausted,
+        match=r"only 0 of batch_size=2 .* after 2 "
+        r"refill round.*on_exhausted=skip",
+    ):
         trainer.run()
     assert trainer.learner.step == 0
 
 
 def test_everything_filtered_skip_is_counted(tmp_path: Path):
-    cfg = toy_cfg(tmp_path, env_kwargs={"target": "never-said-xyzzy"}, max_refill_rounds=1,
-                  on_exhausted="skip", iterations=2)
+    cfg = toy_cfg(
+        tmp_path,
+        env_kwargs={"target": "never-said-xyzzy"},
+        max_refill_rounds=1,
+        on_exhausted="skip",
+        iterations=2,
+    )
     rows = Trainer(cfg, "dapo").run()
     assert [r["skipped_iterations"] for r in rows] == [1, 2]
     assert all(r["episodes"] == 16 and r["refill_rounds"] == 1 for r in rows)  # 2 rounds x 8
@@ -66,8 +75,9 @@ def _nan_on_first_call(logprobs, old_logprobs, advantages, mask, **kwargs):
 
 def test_nan_loss_step_is_skipped_and_run_continues(tmp_path: Path):
     _calls["n"] = 0
-    cfg = toy_cfg(tmp_path, loss="nan_on_first_call", filter="none", iterations=2,
-                  max_steps_per_iteration=1)
+    cfg = toy_cfg(
+        tmp_path, loss="nan_on_first_call", filter="none", iterations=2, max_steps_per_iteration=1
+    )
     trainer = Trainer(cfg, "dapo")
     before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
     rows = trainer.run()
@@ -84,13 +94,16 @@ def test_trajectory_longer_than_context_is_truncated_and_counted(tmp_path: Path)
     long_ids = tok.encode(" w" * 200, add_special_tokens=False)
 
     def reply(conv):  # ignores max_new_tokens, as a misbehaving backend might
-        return Generation(text=" w" * 200, token_ids=long_ids, logprobs=[0.0] * len(long_ids),
-                          finish_reason="length")
+        return Generation(
+            text=" w" * 200,
+            token_ids=long_ids,
+            logprobs=[0.0] * len(long_ids),
+            finish_reason="length",
+        )
 
     from agents.models import ScriptedModel
 
-    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok),
-                    on_policy=False)
+    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok), on_policy=False)
     (row,) = Trainer(cfg, "dapo", policy=policy).run()
     assert row["truncated"] == 8 and row["kept"] == 8 and row["optimizer_steps"] >= 1
 
@@ -120,14 +133,46 @@ def test_prompt_longer_than_context_fails_before_rollouts(tmp_path: Path):
 @pytest.mark.slow  # two CLI processes, the first run until two iterations are logged
 def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "algos.dapo", "--env", "ToyKeyword-v0", "--env-kwargs",
-            '{"target": "e"}', "--policy", "tiny-random", "--max-new-tokens", "3",
-            "--max-turns", "1", "--max-context-tokens", "128", "--group-size", "4",
-            "--problems-per-iteration", "2", "--batch-size", "2", "--length-penalty", "false",
-            "--lr", "1e-3", "--progress", "false", "--checkpoint-every", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "algos.dapo",
+        "--env",
+        "ToyKeyword-v0",
+        "--env-kwargs",
+        '{"target": "e"}',
+        "--policy",
+        "tiny-random",
+        "--max-new-tokens",
+        "3",
+        "--max-turns",
+        "1",
+        "--max-context-tokens",
+        "128",
+        "--group-size",
+        "4",
+        "--problems-per-iteration",
+        "2",
+        "--batch-size",
+        "2",
+        "--length-penalty",
+        "false",
+        "--lr",
+        "1e-3",
+        "--progress",
+        "false",
+        "--checkpoint-every",
+        "0",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*args, "--iterations", "1000", "--run-dir", str(run)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*args, "--iterations", "1000", "--run-dir", str(run)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 600  # a bound, not a wait: the loop ends on two logged rows
     while time.monotonic() < deadline and proc.poll() is None:
@@ -135,7 +180,8 @@ def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
             break
         time.sleep(0.2)
     assert proc.poll() is None and metrics.exists() and len(read_metrics(run)) >= 2, (
-        "the run ended or logged fewer than two iterations: nothing to interrupt")
+        "the run ended or logged fewer than two iterations: nothing to interrupt"
+    )
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
@@ -143,9 +189,24 @@ def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
     assert (run / "checkpoint" / "learner_state.pt").exists()  # checkpoint_every 0: from Ctrl-C
     done = len(read_metrics(run))
     assert done >= 2
-    res = subprocess.run([sys.executable, "-m", "algos.dapo", "--resume", str(run),
-                          "--iterations", str(done + 1), "--progress", "false"], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "algos.dapo",
+            "--resume",
+            str(run),
+            "--iterations",
+            str(done + 1),
+            "--progress",
+            "false",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"resumed {run} at iteration {done}" in res.stderr
     rows = read_metrics(run)

@@ -28,9 +28,23 @@ REAL_RUN_ROLLOUTS = rollouts_mod.run_rollouts
 
 
 def toy_cfg(tmp_path: Path, cls=DAPOConfig, name: str = "run", **kw):
-    return toy_run.toy_cfg(tmp_path, cls, name, **{**dict(
-        rollout_model="scripted", group_size=2, problems_per_iteration=1, batch_size=2, lr=1e-3,
-        iterations=1, concurrency=1), **kw})
+    return toy_run.toy_cfg(
+        tmp_path,
+        cls,
+        name,
+        **{
+            **dict(
+                rollout_model="scripted",
+                group_size=2,
+                problems_per_iteration=1,
+                batch_size=2,
+                lr=1e-3,
+                iterations=1,
+                concurrency=1,
+            ),
+            **kw,
+        },
+    )
 
 
 def scripted_policy(cfg, constant: set[str]) -> Policy:
@@ -90,8 +104,9 @@ def record_steps(trainer: Trainer) -> list[list[str]]:
 def test_refill_keeps_the_samples_of_every_round(tmp_path: Path, monkeypatch, filter_name):
     """Round 1 keeps one group of two, short of batch_size 4; one refill round keeps another."""
     first, second = order()[:2], order()[2:]
-    cfg = toy_cfg(tmp_path, problems_per_iteration=2, batch_size=4, max_refill_rounds=2,
-                  filter=filter_name)
+    cfg = toy_cfg(
+        tmp_path, problems_per_iteration=2, batch_size=4, max_refill_rounds=2, filter=filter_name
+    )
     calls = record_rollouts(monkeypatch)
     trainer = Trainer(cfg, "dapo", policy=scripted_policy(cfg, {first[1], second[1]}))
     steps = record_steps(trainer)
@@ -108,8 +123,10 @@ def test_refill_keeps_the_samples_of_every_round(tmp_path: Path, monkeypatch, fi
 
 
 def _comparable(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith("time") and k != "tokens_per_s"}
-            for r in rows]
+    return [
+        {k: v for k, v in r.items() if not k.startswith("time") and k != "tokens_per_s"}
+        for r in rows
+    ]
 
 
 def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path: Path, monkeypatch):
@@ -117,8 +134,7 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path: Path
     Ctrl-C during the 3rd iteration's rollouts, then --resume: same tasks, same metric rows,
     same solve counts as a run that was never stopped."""
     tasks = order()
-    kw = dict(iterations=4, filter="nonconstant_group", max_refill_rounds=0,
-              on_exhausted="skip")
+    kw = dict(iterations=4, filter="nonconstant_group", max_refill_rounds=0, on_exhausted="skip")
     cfg_a = toy_cfg(tmp_path, name="a", **kw)
     calls_a = record_rollouts(monkeypatch)
     rows_a = Trainer(cfg_a, "dapo", policy=scripted_policy(cfg_a, {tasks[1]})).run()
@@ -131,8 +147,11 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path: Path
     with pytest.raises(KeyboardInterrupt):
         Trainer(cfg_b, "dapo", policy=scripted_policy(cfg_b, {tasks[1]})).run()
     assert len(read_metrics(cfg_b.run_dir)) == 2
-    resumed = Trainer(toy_cfg(tmp_path, name="b", resume=True, **kw), "dapo",
-                      policy=scripted_policy(cfg_b, {tasks[1]}))
+    resumed = Trainer(
+        toy_cfg(tmp_path, name="b", resume=True, **kw),
+        "dapo",
+        policy=scripted_policy(cfg_b, {tasks[1]}),
+    )
     assert resumed.iteration == 2 and resumed.skipped_iterations == 1
     resumed.run()
     assert calls_b[:2] + calls_b[3:] == calls_a  # the interrupted iteration's tasks, redone
@@ -141,8 +160,9 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path: Path
     for b, a in zip(_comparable(rows_b), _comparable(rows_a), strict=True):
         assert b.keys() == a.keys()
         assert b == pytest.approx(a, rel=1e-5, nan_ok=True)
-    solve_a, solve_b = (json.loads((Path(c.run_dir) / "solve_rates.json").read_text())
-                        for c in (cfg_a, cfg_b))
+    solve_a, solve_b = (
+        json.loads((Path(c.run_dir) / "solve_rates.json").read_text()) for c in (cfg_a, cfg_b)
+    )
     assert solve_b == solve_a
 
 
@@ -178,14 +198,21 @@ def test_dapo_clip_range_reaches_the_loss(tmp_path: Path):
 def test_grpo_clip_and_kl_coef_reach_the_loss(tmp_path: Path, monkeypatch):
     """clip_eps reaches the clipped surrogate; kl_coef weighs the KL term: with the KL estimate
     fixed at 1.0, the step's loss is the policy loss + kl_coef."""
+
     def unit_kl(logprobs, ref_logprobs, mask, **kwargs):
         kl, metrics = real_kl(logprobs, ref_logprobs, mask, **kwargs)
         return kl * 0.0 + 1.0, metrics
 
     real_kl = core.kl_loss
     monkeypatch.setattr(core, "kl_loss", unit_kl)
-    cfg = toy_cfg(tmp_path, GRPOConfig, clip_eps=0.1, kl_coef=0.07,
-                  agg_mode="seq-mean-token-sum", micro_batch_tokens=100_000)
+    cfg = toy_cfg(
+        tmp_path,
+        GRPOConfig,
+        clip_eps=0.1,
+        kl_coef=0.07,
+        agg_mode="seq-mean-token-sum",
+        micro_batch_tokens=100_000,
+    )
     trainer = Trainer(cfg, "grpo", policy=scripted_policy(cfg, set()))
     seen: list[dict] = []
     spy_loss(trainer, seen)

@@ -30,8 +30,13 @@ LP_ATOL = 4 * 2.0**-21
 GRAD_RTOL = 4 * math.sqrt(1024) * EPS32
 
 
-def group_samples(seed: int, groups=((40, 4), (24, 3)), singles: int = 1, vocab: int = 128,
-                  with_sampler: bool = True) -> list[Sample]:
+def group_samples(
+    seed: int,
+    groups=((40, 4), (24, 3)),
+    singles: int = 1,
+    vocab: int = 128,
+    with_sampler: bool = True,
+) -> list[Sample]:
     """``groups``: (prefix length, G) per task; each continuation mixes action (mask 1) and
     observation (mask 0) tokens; sampler log-probs differ from old ones so TIS weights bite.
     Some prefixes end with action tokens (a shared turn), so the loss reaches shared positions."""
@@ -50,18 +55,34 @@ def group_samples(seed: int, groups=((40, 4), (24, 3)), singles: int = 1, vocab:
             cmask = [0 if t % 7 == 3 else 1 for t in range(c)]
             ids, mask = prefix + rand(c), pmask + cmask
             old = [(-4.9 + 0.4 * float(torch.rand(1, generator=g))) * m for m in mask]
-            samp = [o + 0.05 * float(torch.randn(1, generator=g)) * m
-                    for o, m in zip(old, mask, strict=True)]
-            out.append(Sample(ids, mask, old_logprobs=old, advantage=float(torch.randn(1, generator=g)),
-                              sample_id=f"t{task}/{j}",
-                              sampler_logprobs=samp if with_sampler else None))
+            samp = [
+                o + 0.05 * float(torch.randn(1, generator=g)) * m
+                for o, m in zip(old, mask, strict=True)
+            ]
+            out.append(
+                Sample(
+                    ids,
+                    mask,
+                    old_logprobs=old,
+                    advantage=float(torch.randn(1, generator=g)),
+                    sample_id=f"t{task}/{j}",
+                    sampler_logprobs=samp if with_sampler else None,
+                )
+            )
     for s in range(singles):
         n = 30
         ids = rand(n)
         mask = [0] * 10 + [1] * (n - 10)
-        out.append(Sample(ids, mask, old_logprobs=[-4.8 * m for m in mask], advantage=0.7,
-                          sample_id=f"single{s}", sampler_logprobs=[-4.7 * m for m in mask]
-                          if with_sampler else None))
+        out.append(
+            Sample(
+                ids,
+                mask,
+                old_logprobs=[-4.8 * m for m in mask],
+                advantage=0.7,
+                sample_id=f"single{s}",
+                sampler_logprobs=[-4.7 * m for m in mask] if with_sampler else None,
+            )
+        )
     return out
 
 
@@ -120,8 +141,11 @@ def run_step(model, samples, *, tree: bool, ref=None, **cfg):
     """(loss, per-sample log-probs before the step, grads, metrics) of one learner step."""
     model = copy.deepcopy(model)
     ref = copy.deepcopy(ref) if ref is not None else None
-    learner = Learner(model, LearnerConfig(lr=1e-3, grad_clip=None, tree_packing=tree,
-                                           tree_min_prefix=16, **cfg), ref_model=ref)
+    learner = Learner(
+        model,
+        LearnerConfig(lr=1e-3, grad_clip=None, tree_packing=tree, tree_min_prefix=16, **cfg),
+        ref_model=ref,
+    )
     assert learner.trees == tree
     lps = learner.compute_logprobs(samples)
     metrics = learner.train_step(samples)
@@ -131,8 +155,9 @@ def run_step(model, samples, *, tree: bool, ref=None, **cfg):
 
 def assert_same(a, b, n_tokens: int):
     assert n_tokens <= 1024  # GRAD_RTOL assumes it
-    worst_lp = max(abs(x - y) for la, lb in zip(a[1], b[1], strict=True)
-                   for x, y in zip(la, lb, strict=True))
+    worst_lp = max(
+        abs(x - y) for la, lb in zip(a[1], b[1], strict=True) for x, y in zip(la, lb, strict=True)
+    )
     assert worst_lp <= LP_ATOL, worst_lp
     assert abs(a[0] - b[0]) <= LP_ATOL * max(1.0, abs(b[0])), (a[0], b[0])
     worst_g = 0.0
@@ -147,8 +172,12 @@ def assert_same(a, b, n_tokens: int):
 CASES = {
     "pg": {"loss": "pg"},
     "ppo": {"loss": "ppo", "off_policy_correction": "tis"},
-    "grpo": {"loss": "grpo", "agg_mode": "seq-mean-token-mean", "off_policy_correction": "tis",
-             "kl_coef": 0.05},
+    "grpo": {
+        "loss": "grpo",
+        "agg_mode": "seq-mean-token-mean",
+        "off_policy_correction": "tis",
+        "kl_coef": 0.05,
+    },
     "dapo": {"loss": "dapo", "off_policy_correction": "tis", "entropy_coef": 0.01},
     "gspo": {"loss": "gspo", "agg_mode": "seq-mean-token-mean", "off_policy_correction": "tis"},
 }
@@ -205,8 +234,11 @@ def test_the_head_runs_on_loss_tokens_only_with_the_same_step(name, tree, monkey
 
     rows: list[int] = []
     real = ChunkedTokenLogprobs.apply
-    monkeypatch.setattr(ChunkedTokenLogprobs, "apply",
-                        staticmethod(lambda h, *a: rows.append(h.shape[0]) or real(h, *a)))
+    monkeypatch.setattr(
+        ChunkedTokenLogprobs,
+        "apply",
+        staticmethod(lambda h, *a: rows.append(h.shape[0]) or real(h, *a)),
+    )
     torch.set_default_dtype(torch.float64)
     try:
         model, ref = tiny_llama(seed=0), tiny_llama(seed=1)
@@ -215,10 +247,19 @@ def test_the_head_runs_on_loss_tokens_only_with_the_same_step(name, tree, monkey
         runs = {}
         for cls in (Learner, _EveryTokenHead):
             net = copy.deepcopy(model)
-            learner = cls(net, LearnerConfig(lr=1e-3, grad_clip=None, tree_packing=tree,
-                                             tree_min_prefix=16, micro_batch_tokens=120,
-                                             log_entropy=True, **CASES[name]),
-                          ref_model=copy.deepcopy(ref))
+            learner = cls(
+                net,
+                LearnerConfig(
+                    lr=1e-3,
+                    grad_clip=None,
+                    tree_packing=tree,
+                    tree_min_prefix=16,
+                    micro_batch_tokens=120,
+                    log_entropy=True,
+                    **CASES[name],
+                ),
+                ref_model=copy.deepcopy(ref),
+            )
             rows.clear()
             old = learner.compute_logprobs(samples, loss_only=cls is Learner)
             metrics = learner.train_step(samples)
@@ -250,8 +291,9 @@ def test_flex_mask_is_the_tree_mask():
     mb = pack_trees(group_samples(6, singles=2), 10_000, min_prefix=16)[0]
     length = mb.input_ids.shape[1]
     layout = TreeLayout(mb.pieces, length, "flex")
-    got = create_mask(layout.mask_mod(torch.device("cpu")), None, None, length, length,
-                      device="cpu")[0, 0]
+    got = create_mask(
+        layout.mask_mod(torch.device("cpu")), None, None, length, length, device="cpu"
+    )[0, 0]
     assert torch.equal(got, dense_tree_mask(mb.pieces, length))
     assert layout.block_mask(torch.device("cpu")) is not None
 
@@ -273,9 +315,15 @@ def test_kernels_agree(kernel):
     outs = []
     for name in ("pieces", kernel):
         args = (q, k, v) if backward else (q.detach(), k.detach(), v.detach())
-        out, _ = TreeLayout(mb.pieces, length, name).attend(mod, *args, scaling=8 ** -0.5)
-        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype)
-                                     .view_as(out)).sum(), (q, k, v)) if backward else ()
+        out, _ = TreeLayout(mb.pieces, length, name).attend(mod, *args, scaling=8**-0.5)
+        grads = (
+            torch.autograd.grad(
+                (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum(),
+                (q, k, v),
+            )
+            if backward
+            else ()
+        )
         outs.append((out, grads))
     torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-12, rtol=1e-12)
     for a, b in zip(outs[0][1], outs[1][1], strict=True):

@@ -20,18 +20,33 @@ from tests.algos.toy_run import toy_cfg as toy_run_cfg
 
 def toy_cfg(tmp_path: Path, **kw):
     """The toy DAPO run (tests/algos/toy_run.py): 2 problems x 4 episodes, a step of 2."""
-    sizes = {"group_size": 4, "problems_per_iteration": 2, "batch_size": 2, "lr": 1e-3,
-             "iterations": 1, "concurrency": 8}
+    sizes = {
+        "group_size": 4,
+        "problems_per_iteration": 2,
+        "batch_size": 2,
+        "lr": 1e-3,
+        "iterations": 1,
+        "concurrency": 8,
+    }
     return toy_run_cfg(tmp_path, **{**sizes, **kw})
 
 
 def fake_episodes(outcomes: dict[str, list[bool]], seeds: list[int]):
     """run_episodes returning ``outcomes[task]`` per run; records the seed it was given."""
+
     def run(task_ids, n, seed):
         seeds.append(seed)
-        return [Trajectory(task_id=t, seed=seed + j, resolved=outcomes[t][j],
-                           turns=[Turn(invalid_action=not outcomes[t][j])])
-                for t in task_ids for j in range(n)]
+        return [
+            Trajectory(
+                task_id=t,
+                seed=seed + j,
+                resolved=outcomes[t][j],
+                turns=[Turn(invalid_action=not outcomes[t][j])],
+            )
+            for t in task_ids
+            for j in range(n)
+        ]
+
     return run
 
 
@@ -44,13 +59,15 @@ def test_mean_and_standard_error():
 def test_gain_is_paired_over_tasks_and_seeds_repeat(tmp_path: Path):
     seeds: list[int] = []
     v = Validator(["a", "b", "c"], runs=2, seed=3, run_dir=tmp_path)
-    first = v.validate(fake_episodes({"a": [True, False], "b": [False, False],
-                                      "c": [True, True]}, seeds), 0, 0)
+    first = v.validate(
+        fake_episodes({"a": [True, False], "b": [False, False], "c": [True, True]}, seeds), 0, 0
+    )
     assert first["pass1"] == pytest.approx(0.5) and first["gain"] == 0.0
     assert first["pass1_se"] == pytest.approx(math.sqrt(0.25 / 3))  # rates 0.5, 0, 1
     assert first["format_valid"] == pytest.approx(3 / 6)
-    later = v.validate(fake_episodes({"a": [True, True], "b": [True, False],
-                                      "c": [True, True]}, seeds), 4, 9)
+    later = v.validate(
+        fake_episodes({"a": [True, True], "b": [True, False], "c": [True, True]}, seeds), 4, 9
+    )
     # per-task gains 0.5, 0.5, 0: mean 1/3, s.e. sqrt(var 1/12 / 3)
     assert later["gain"] == pytest.approx(1 / 3)
     assert later["gain_se"] == pytest.approx(math.sqrt((1 / 12) / 3))

@@ -13,9 +13,17 @@ from algos.dapo import DAPOConfig
 
 def toy_fields(run_dir: Path, **kw: Any) -> dict[str, Any]:
     """The toy run's config fields, written to ``run_dir``; ``kw`` over them."""
-    return {"run_dir": str(run_dir), "env": "ToyKeyword-v0", "env_kwargs": {"target": "e"},
-            "policy": "tiny-random", "max_new_tokens": 3, "max_turns": 1,
-            "max_context_tokens": 128, "progress": False, **kw}
+    return {
+        "run_dir": str(run_dir),
+        "env": "ToyKeyword-v0",
+        "env_kwargs": {"target": "e"},
+        "policy": "tiny-random",
+        "max_new_tokens": 3,
+        "max_turns": 1,
+        "max_context_tokens": 128,
+        "progress": False,
+        **kw,
+    }
 
 
 def toy_cfg(tmp_path: Path, cls: type = DAPOConfig, name: str = "run", **kw: Any) -> Any:

@@ -42,8 +42,9 @@ def code_patch(mini_repo) -> Callable[[str], str]:
 
     def patch(text: str) -> str:
         (repo / "calc.py").write_text(text)
-        out = subprocess.run(["git", "diff", "--", "calc.py"], cwd=repo, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            ["git", "diff", "--", "calc.py"], cwd=repo, capture_output=True, text=True, check=True
+        )
         subprocess.run(["git", "checkout", "--", "calc.py"], cwd=repo, check=True)
         return out.stdout
 

@@ -21,25 +21,35 @@ from swe_gym.tasks import Task, normalise_row
 from tests.conftest import TESTS
 
 
-def _task(repo: str = "local/x", install_config: dict | None = None,
-          test_patch: str = "") -> Task:
-    return Task(instance_id="t-1", repo=repo, base_commit="0" * 40, problem_statement="",
-                patch="", test_patch=test_patch, FAIL_TO_PASS=["a"], PASS_TO_PASS=[],
-                install_config=install_config)
+def _task(repo: str = "local/x", install_config: dict | None = None, test_patch: str = "") -> Task:
+    return Task(
+        instance_id="t-1",
+        repo=repo,
+        base_commit="0" * 40,
+        problem_statement="",
+        patch="",
+        test_patch=test_patch,
+        FAIL_TO_PASS=["a"],
+        PASS_TO_PASS=[],
+        install_config=install_config,
+    )
 
 
 def _touching(*paths: str) -> str:
     """A test patch that adds a line to each of ``paths`` (its test files)."""
-    return "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1,2 @@\n x\n+y\n"
-                   for p in paths)
+    return "".join(
+        f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1,2 @@\n x\n+y\n" for p in paths
+    )
 
 
 # ---------------------------------------------------------------- pure: parser and command
 
 
 def test_log_parser_is_the_tasks_own_then_the_repositorys_then_pytests():
-    assert log_parser_name(_task(install_config={"log_parser": "parse_log_django"})) == \
-        "parse_log_django"
+    assert (
+        log_parser_name(_task(install_config={"log_parser": "parse_log_django"}))
+        == "parse_log_django"
+    )
     assert log_parser_name(_task(repo="sympy/sympy")) == "parse_log_sympy"
     assert log_parser_name(_task(repo="sympy/sympy", install_config={})) == "parse_log_sympy"
     assert log_parser_name(_task()) == "parse_log_pytest"
@@ -54,11 +64,15 @@ def test_an_unknown_log_parser_names_the_task_the_value_and_the_choices():
 
 
 def test_test_command_runs_the_configured_command_on_the_python_test_files():
-    task = _task(install_config={"test_cmd": "pytest -x"},
-                 test_patch=_touching("tests/test a.py", "tests/data.json"))
+    task = _task(
+        install_config={"test_cmd": "pytest -x"},
+        test_patch=_touching("tests/test a.py", "tests/data.json"),
+    )
     assert grading.test_command(task) == "pytest -x 'tests/test a.py'"  # quoted; data not run
-    listed = _task(install_config={"test_cmd": ["source env.sh", "pytest -rA"]},
-                   test_patch=_touching("t/test_x.py"))
+    listed = _task(
+        install_config={"test_cmd": ["source env.sh", "pytest -rA"]},
+        test_patch=_touching("t/test_x.py"),
+    )
     assert grading.test_command(listed) == "source env.sh && pytest -rA t/test_x.py"
 
 
@@ -72,27 +86,37 @@ def test_test_command_falls_back_to_swebenchs_spec_then_pytest(tmp_path, monkeyp
     monkeypatch.setenv(specs.SPECS_ENV, str(tmp_path / "specs.json"))
     specs.clear_caches()
     try:
-        sympy = dataclasses.replace(_task(repo="sympy/sympy", test_patch=_touching("a/test_b.py")),
-                                    version="1.1")
+        sympy = dataclasses.replace(
+            _task(repo="sympy/sympy", test_patch=_touching("a/test_b.py")), version="1.1"
+        )
         assert grading.test_command(sympy) == f"{cmd} a/test_b.py"
         other = dataclasses.replace(sympy, version="9.9")  # a version swebench does not list
         assert grading.test_command(other) == "pytest -rA a/test_b.py"
     finally:
         monkeypatch.delenv(specs.SPECS_ENV)
         specs.clear_caches()
-    assert grading.test_command(_task(test_patch=_touching("t/test_x.py"))) == \
-        "pytest -rA t/test_x.py"
+    assert (
+        grading.test_command(_task(test_patch=_touching("t/test_x.py"))) == "pytest -rA t/test_x.py"
+    )
     # no Python test file: the command gets the files the test patch touches
-    assert grading.test_command(_task(test_patch=_touching("t/cases.txt"))) == \
-        "pytest -rA t/cases.txt"
+    assert (
+        grading.test_command(_task(test_patch=_touching("t/cases.txt"))) == "pytest -rA t/cases.txt"
+    )
 
 
 def test_pass_rates_are_the_share_of_each_list_that_passed():
     """The verdict rule on a parsed status map (no sandbox): a failed or skipped F2P test and
     a missing P2P test fail, XFAIL and a skipped P2P test pass; rates are over each list."""
-    task = Task(instance_id="t-1", repo="local/x", base_commit="0" * 40, problem_statement="",
-                patch="", test_patch="", FAIL_TO_PASS=["f1", "f2"],
-                PASS_TO_PASS=["p1", "p2", "p3", "p4"])
+    task = Task(
+        instance_id="t-1",
+        repo="local/x",
+        base_commit="0" * 40,
+        problem_statement="",
+        patch="",
+        test_patch="",
+        FAIL_TO_PASS=["f1", "f2"],
+        PASS_TO_PASS=["p1", "p2", "p3", "p4"],
+    )
     status = {"f1": "PASSED", "f2": "FAILED", "p1": "PASSED", "p2": "SKIPPED", "p3": "XFAIL"}
     report = grading._finish(GradingReport("t-1", False, None), task, status, ran=True)
     assert (report.f2p_pass, report.f2p_failed) == (0.5, ["f2"])
@@ -100,12 +124,14 @@ def test_pass_rates_are_the_share_of_each_list_that_passed():
     assert report.missing == ["p4"] and report.parsed == 5
     assert not report.resolved and report.reason == "tests_failed"
     alone = dataclasses.replace(task, PASS_TO_PASS=[])
-    report = grading._finish(GradingReport("t-1", False, None), alone,
-                             {"f1": "PASSED", "f2": "SKIPPED"}, ran=True)
+    report = grading._finish(
+        GradingReport("t-1", False, None), alone, {"f1": "PASSED", "f2": "SKIPPED"}, ran=True
+    )
     assert (report.f2p_pass, report.f2p_failed, report.p2p_pass) == (0.5, ["f2"], 1.0)
     xfail = {"f1": "PASSED", "f2": "XFAIL"}
-    report = grading._finish(GradingReport("t-1", False, None, rule="official"), alone, xfail,
-                             ran=True)
+    report = grading._finish(
+        GradingReport("t-1", False, None, rule="official"), alone, xfail, ran=True
+    )
     assert report.resolved and report.reason is None and report.f2p_pass == 1.0
     # The reward's rule: a FAIL_TO_PASS test that xfails (pytest.xfail() in the code) is no fix.
     report = grading._finish(GradingReport("t-1", False, None), alone, xfail, ran=True)
@@ -115,13 +141,12 @@ def test_pass_rates_are_the_share_of_each_list_that_passed():
 # ---------------------------------------------------------------- on the local backend
 
 
-
-
 def test_a_fix_that_breaks_a_passing_test_reports_each_side(mini, code_patch):
     row, opts = mini
     both_wrong = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
-    report = grade_patch(normalise_row(row), code_patch(both_wrong),
-                         sandbox_options=opts, timeout=120)
+    report = grade_patch(
+        normalise_row(row), code_patch(both_wrong), sandbox_options=opts, timeout=120
+    )
     assert not report.resolved and report.reason == "tests_failed"
     assert report.f2p_pass == 1.0 and report.f2p_failed == []
     assert report.p2p_pass == 0.0 and report.p2p_failed == ["tests/test_calc.py::test_sub"]
@@ -149,12 +174,15 @@ def test_a_patch_that_does_not_apply_names_no_test_as_missing(mini):
 
 def test_a_patch_without_its_final_newline_applies(mini):
     row, opts = mini
-    report = grade_patch(normalise_row(row), row["patch"].rstrip("\n"), sandbox_options=opts,
-                         timeout=120)
+    report = grade_patch(
+        normalise_row(row), row["patch"].rstrip("\n"), sandbox_options=opts, timeout=120
+    )
     assert report.resolved and report.patch_applied_with == "git apply"
 
 
-def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mini_repo, code_patch):
+def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(
+    mini, mini_repo, code_patch
+):
     """After ``git apply --reject`` fails, only the test patch's files are reset: the model
     patch stays and the rejected hunk's .rej file goes (``patch --fuzz`` then keeps a .orig
     backup of what it fuzzed, as the harness's own run does)."""
@@ -162,21 +190,32 @@ def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mi
     repo = mini_repo[1] / "local__mini"
     path = repo / "tests" / "test_calc.py"
     base = path.read_text()
-    path.write_text(base.replace("from calc import sub", "from calc import add, sub")
-                    + "\n\ndef test_add():\n    assert add(2, 2) == 4\n")
-    two_hunks = subprocess.run(["git", "diff", "-U1", "--", "tests/test_calc.py"], cwd=repo,
-                               capture_output=True, text=True, check=True).stdout
+    path.write_text(
+        base.replace("from calc import sub", "from calc import add, sub")
+        + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+    )
+    two_hunks = subprocess.run(
+        ["git", "diff", "-U1", "--", "tests/test_calc.py"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     subprocess.run(["git", "checkout", "--", "tests/test_calc.py"], cwd=repo, check=True)
-    fuzzy = two_hunks.replace("+from calc import add, sub\n \n",
-                              "+from calc import add, sub\n x\n", 1)
+    fuzzy = two_hunks.replace(
+        "+from calc import add, sub\n \n", "+from calc import add, sub\n x\n", 1
+    )
     task = normalise_row(row)
     sb = make_sandbox(task, "local", **opts)
     sb.start()
     try:
         assert apply_patch(sb, row["patch"], "model")[0] == "git apply"
         method, _ = apply_patch(sb, fuzzy, "test", task.base_commit, strict=False)
-        status = sb.run(f"cd {sb.workdir} && git status --porcelain --untracked-files=all "
-                        "-- . ':!.swe_gym_grading'", timeout=60).output
+        status = sb.run(
+            f"cd {sb.workdir} && git status --porcelain --untracked-files=all "
+            "-- . ':!.swe_gym_grading'",
+            timeout=60,
+        ).output
     finally:
         sb.close()
     assert method == "patch --fuzz=5"
@@ -187,21 +226,23 @@ def test_a_fuzzy_test_patch_keeps_the_model_patch_and_leaves_no_rejects(mini, mi
 def test_the_tasks_environment_reaches_the_test_command_quoted(mini, run_tests_local):
     row, _ = mini
     # sh -c: the test files appended to the command become its $0
-    cfg = {"test_cmd": "sh -c 'echo \"greeting=$GREETING $TO\"; exit 3'",
-           "env_vars": {"GREETING": "hello; world $HOME", "TO": "you"}}
+    cfg = {
+        "test_cmd": "sh -c 'echo \"greeting=$GREETING $TO\"; exit 3'",
+        "env_vars": {"GREETING": "hello; world $HOME", "TO": "you"},
+    }
     run = run_tests_local(normalise_row({**row, "install_config": cfg}))
     assert "greeting=hello; world $HOME you" in run.log
     assert run.exit_code == 3 and not run.timed_out
 
 
-def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini,
-                                                                          run_tests_local):
+def test_a_long_log_is_cut_to_its_limit_and_bad_bytes_do_not_stop_grading(mini, run_tests_local):
     """Past ``log_limit`` the head and tail halves are kept (the limit, plus the one-line
     note); a byte that is not UTF-8 is replaced, never an error."""
     row, _ = mini
     out = r"""python -c "import sys; sys.stdout.buffer.write(b'head\xff\n' + b'x' * 20000 + b'\ntail\n')" """
-    run = run_tests_local(normalise_row({**row, "install_config": {"test_cmd": out.strip()}}),
-                          log_limit=4000)
+    run = run_tests_local(
+        normalise_row({**row, "install_config": {"test_cmd": out.strip()}}), log_limit=4000
+    )
     assert run.truncated and "head\ufffd" in run.log and "tail" in run.log
     assert "<log truncated:" in run.log
     # 2 x 2000 bytes kept, the note (~45 bytes), the replacement char 2 bytes wider
@@ -272,7 +313,9 @@ def test_an_error_inside_the_grading_is_a_report_with_its_cause(monkeypatch, cap
 
 def test_restore_test_files_checks_out_the_base_and_removes_new_ones(mini):
     row, opts = mini
-    task = normalise_row({**row, "test_patch": _touching("tests/test_calc.py", "tests/test_new.py")})
+    task = normalise_row(
+        {**row, "test_patch": _touching("tests/test_calc.py", "tests/test_new.py")}
+    )
     sb = make_sandbox(task, "local", **opts)
     sb.start()
     try:
@@ -288,8 +331,10 @@ def test_the_patch_folder_is_gone_before_the_tests_run(mini):
     """The diffs the grader applied (the hidden test patch among them) are removed from the
     workdir before the suite runs: a test cannot read them."""
     row, opts = mini
-    probe = (f"ls {grading._PATCH_DIR}/*.diff > /dev/null 2>&1 && echo PATCHES-LEFT; "
-             "python -m pytest -rA -p no:cacheprovider")
+    probe = (
+        f"ls {grading._PATCH_DIR}/*.diff > /dev/null 2>&1 && echo PATCHES-LEFT; "
+        "python -m pytest -rA -p no:cacheprovider"
+    )
     task = normalise_row({**row, "install_config": {**row["install_config"], "test_cmd": probe}})
     report = grade_patch(task, row["patch"], sandbox_options=opts, timeout=120)
     assert report.resolved, (report.reason, report.log_tail)

@@ -38,8 +38,10 @@ def test_a_hanging_test_times_out(mini, code_patch):
     hanging = "import time\n\n\ndef add(a, b):\n    time.sleep(30)\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
     row, opts = mini
     report = grade_patch(
-        normalise_row(row), code_patch(hanging), sandbox_options={**opts, "command_timeout": 120},
-        timeout=8
+        normalise_row(row),
+        code_patch(hanging),
+        sandbox_options={**opts, "command_timeout": 120},
+        timeout=8,
     )
     assert not report.resolved and report.reason == "tests_timed_out"
     assert "Start Test Output" in report.log_tail  # the partial log is still read back

@@ -22,4 +22,6 @@ def test_default_cache_is_under_home_not_the_working_directory(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path / "work")
     root = images.cache_dir()
     assert root == tmp_path / "home" / ".cache" / "swe_gym"
-    assert Path.cwd() not in root.parents and Path(__file__).resolve().parents[2] not in root.parents
+    assert (
+        Path.cwd() not in root.parents and Path(__file__).resolve().parents[2] not in root.parents
+    )

@@ -32,8 +32,14 @@ def down(x):
 
 
 def _config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
-    return SynthConfig(source=repo_path("starter/durations"), out=tmp_path / "t.jsonl",
-                       repos_dir=tmp_path / "repos", tier=tier, progress=False, **kw)
+    return SynthConfig(
+        source=repo_path("starter/durations"),
+        out=tmp_path / "t.jsonl",
+        repos_dir=tmp_path / "repos",
+        tier=tier,
+        progress=False,
+        **kw,
+    )
 
 
 def test_guided_keeps_single_line_edits_whose_buggy_line_is_unique(tmp_path: Path):
@@ -48,8 +54,10 @@ def test_guided_keeps_single_line_edits_whose_buggy_line_is_unique(tmp_path: Pat
 
 def test_guided_issue_states_where_and_the_exact_change():
     text = guided_issue("pkg/m.py", "clamp", "if x <= hi:", "if x > hi:", 2)
-    assert text == ("2 tests fail. In `pkg/m.py`, function `clamp`, the line\n"
-                    "if x <= hi:\nshould be\nif x > hi:\n")
+    assert text == (
+        "2 tests fail. In `pkg/m.py`, function `clamp`, the line\n"
+        "if x <= hi:\nshould be\nif x > hi:\n"
+    )
     assert guided_issue("m.py", "f", "a", "b", 1).startswith("1 test fails.")
     assert patch_context("guided") == 0 and patch_context("easy") == 1
 
@@ -68,16 +76,28 @@ def test_guided_tasks_are_solved_by_copying_the_issue(tmp_path: Path, monkeypatc
     for task in tasks:
         assert task.meta["tier"] == "guided" and task.meta["lines_changed"] == 2
         # the gold patch (buggy -> clean) turns the line the issue quotes into the one it asks for
-        buggy = [x[1:].strip() for x in task.patch.splitlines()
-                 if x.startswith("-") and not x.startswith("---")]
-        fixed = [x[1:].strip() for x in task.patch.splitlines()
-                 if x.startswith("+") and not x.startswith("+++")]
+        buggy = [
+            x[1:].strip()
+            for x in task.patch.splitlines()
+            if x.startswith("-") and not x.startswith("---")
+        ]
+        fixed = [
+            x[1:].strip()
+            for x in task.patch.splitlines()
+            if x.startswith("+") and not x.startswith("+++")
+        ]
         assert f"\n{buggy[0]}\nshould be\n{fixed[0]}\n" in task.problem_statement
         assert f"`{task.meta['file']}`" in task.problem_statement
-        env = gym.make("SWEStarter-v0", tasks=str(cfg.out), prompt="compact", max_turns=3,
-                       sandbox_options={"repos_dir": str(cfg.repos_dir)})
-        traj = run_episode(env, ReActAgent(OracleModel(tasks=tasks, explore=False)),
-                           task_id=task.instance_id)
+        env = gym.make(
+            "SWEStarter-v0",
+            tasks=str(cfg.out),
+            prompt="compact",
+            max_turns=3,
+            sandbox_options={"repos_dir": str(cfg.repos_dir)},
+        )
+        traj = run_episode(
+            env, ReActAgent(OracleModel(tasks=tasks, explore=False)), task_id=task.instance_id
+        )
         assert traj.resolved and len(traj.turns) == 2, (task.instance_id, traj.finish_reason)
         edit = traj.turns[0].action  # the edit quotes the issue's two lines verbatim
         assert f"<<<<<<< SEARCH\n{buggy[0]}\n=======\n{fixed[0]}\n>>>>>>> REPLACE" in edit

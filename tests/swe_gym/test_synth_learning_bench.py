@@ -19,8 +19,9 @@ PRESETS = Path(__file__).resolve().parents[2] / "algos" / "presets"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", [None, "swe_learning_gpu.yaml"], ids=["cpu", "gpu-preset"])
-def test_bench_swe_learning_toy_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    preset: str | None):
+def test_bench_swe_learning_toy_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], preset: str | None
+):
     """The default (CPU) preset and the one-GPU preset, each cut to a toy size by flags."""
     spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
     assert spec is not None and spec.loader is not None

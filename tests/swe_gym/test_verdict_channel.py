@@ -20,7 +20,7 @@ from swe_gym.tasks import normalise_row
 from swe_gym.testinfra import WORK_DIR
 from swe_gym.testrun import run_tests
 
-SUITE = '''import pytest
+SUITE = """import pytest
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ class TestGroup:
     @pytest.mark.parametrize("n", [1, 2])
     def test_method_param(self, n):
         assert n == 1
-'''
+"""
 
 
 @pytest.fixture(scope="module")

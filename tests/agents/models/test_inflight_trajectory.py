@@ -20,8 +20,9 @@ def test_episode_turns_carry_the_engine_version_through_jsonl(tiny_paths, tmp_pa
     try:
         model.update_weights(tiny_paths["tiny1"], version=4)
         env = gymnasium.make("ToyKeyword-v0")
-        traj = run_episode(env, model, seed=1,
-                           agent_kwargs={"params": SamplingParams(max_new_tokens=4)})
+        traj = run_episode(
+            env, model, seed=1, agent_kwargs={"params": SamplingParams(max_new_tokens=4)}
+        )
     finally:
         model.close()
     assert traj.turns and [t.policy_version for t in traj.turns] == [4] * traj.num_turns
@@ -35,8 +36,11 @@ def test_episode_turns_carry_the_engine_version_through_jsonl(tiny_paths, tmp_pa
 
 
 def test_mixed_versions_min_max_and_round_trip(tmp_path):
-    traj = Trajectory(task_id="t", turns=[Turn(policy_version=3), Turn(policy_version=5),
-                                          Turn(policy_version=None)], token_exact=True)
+    traj = Trajectory(
+        task_id="t",
+        turns=[Turn(policy_version=3), Turn(policy_version=5), Turn(policy_version=None)],
+        token_exact=True,
+    )
     assert (traj.policy_version_min, traj.policy_version_max) == (3, 5)
     (back,) = load_jsonl(Trajectory.save_jsonl([traj], tmp_path / "t.jsonl"))
     assert [t.policy_version for t in back.turns] == [3, 5, None]

@@ -12,8 +12,9 @@ import pytest
 from agents.models.transformers import TransformersModel, load_safetensors
 from agents.protocols import Conversation, SamplingParams
 
-MESSAGES = [[{"role": "user", "content": text}] for text in ("hi", "hello there", "one two",
-                                                             "what is it?")]
+MESSAGES = [
+    [{"role": "user", "content": text}] for text in ("hi", "hello there", "one two", "what is it?")
+]
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
 
 
@@ -109,8 +110,14 @@ def test_failed_update_keeps_the_version_and_serving(tiny_paths, convs, expected
     model = TransformersModel(tiny_paths["tiny0"])
     try:
         with pytest.raises(ValueError, match="unexpected weights"):
-            model.update_weights({"not.a.weight": load_safetensors(tiny_paths["tiny1"])[
-                "model.embed_tokens.weight"]}, version=3)
+            model.update_weights(
+                {
+                    "not.a.weight": load_safetensors(tiny_paths["tiny1"])[
+                        "model.embed_tokens.weight"
+                    ]
+                },
+                version=3,
+            )
         gen = model.generate(convs[0], GREEDY)
         assert gen.policy_version == 0 and gen.token_ids == expected[0][0]
     finally:

@@ -17,9 +17,16 @@ TASKS = ["toy-0", "toy-1"]
 
 
 def completions(model, concurrency: int, seed: int = 0, params=None) -> dict:
-    trajs = rollout("ToyKeyword-v0", model, TASKS, n_per_task=4, concurrency=concurrency,
-                    env_kwargs=ENV_KWARGS, seed=seed,
-                    agent_kwargs={"params": params or SamplingParams(max_new_tokens=8)})
+    trajs = rollout(
+        "ToyKeyword-v0",
+        model,
+        TASKS,
+        n_per_task=4,
+        concurrency=concurrency,
+        env_kwargs=ENV_KWARGS,
+        seed=seed,
+        agent_kwargs={"params": params or SamplingParams(max_new_tokens=8)},
+    )
     assert all(t.finish_reason == "submitted" for t in trajs), [t.error for t in trajs]
     return {(t.task_id, t.seed): tuple(t.turns[0].completion_ids) for t in trajs}
 
@@ -27,7 +34,10 @@ def completions(model, concurrency: int, seed: int = 0, params=None) -> dict:
 @pytest.fixture(scope="module")
 def engines(tiny_paths):
     # two engines whose own seed streams differ: only the episode seeds can make them agree
-    a, b = TransformersModel(tiny_paths["tiny0"], seed=0), TransformersModel(tiny_paths["tiny0"], seed=99)
+    a, b = (
+        TransformersModel(tiny_paths["tiny0"], seed=0),
+        TransformersModel(tiny_paths["tiny0"], seed=99),
+    )
     yield a, b
     a.close()
     b.close()

@@ -103,15 +103,18 @@ def test_seeded_prompts_beyond_one_steps_token_budget_all_complete(engine):
     episodes with 1k-token prompts hit this in an evaluation."""
     words = "the quick brown fox jumps over a lazy dog while it rains".split()
     # distinct from the first token on, so the prefix cache cannot shorten any prefill
-    prompts = [engine.tokenizer.encode(" ".join(words[(i + k) % len(words)] for k in range(400)))
-               [:390] for i in range(12)]
+    prompts = [
+        engine.tokenizer.encode(" ".join(words[(i + k) % len(words)] for k in range(400)))[:390]
+        for i in range(12)
+    ]
     results: list = [None] * 12
     barrier = threading.Barrier(12)
 
     def work(i):
         barrier.wait()
-        results[i] = engine.generate(Conversation(token_ids=prompts[i]),
-                                     SamplingParams(max_new_tokens=4, seed=100 + i))
+        results[i] = engine.generate(
+            Conversation(token_ids=prompts[i]), SamplingParams(max_new_tokens=4, seed=100 + i)
+        )
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(12)]
     for t in threads:

@@ -39,27 +39,42 @@ def attention_check(rank: int, cp: int) -> dict:
     b, h, hkv, t, d = 2, 4, 2, 29, 8  # 29: not divisible by 2*cp -> exercises padding
     q, k, v = (torch.randn(b, n, t, d) for n in (h, hkv, hkv))
     g = torch.randn(b, h, t, d)
-    seq = torch.stack([seq_ids_from_cu_seqlens([0, 7, 20, 29]),
-                       seq_ids_from_cu_seqlens([0, 29])])
+    seq = torch.stack([seq_ids_from_cu_seqlens([0, 7, 20, 29]), seq_ids_from_cu_seqlens([0, 29])])
     # reference: full document-causal sdpa
     qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
     allowed = (torch.arange(t)[None, :] <= torch.arange(t)[:, None])[None] & (
-        seq[:, None, :] == seq[:, :, None])
+        seq[:, None, :] == seq[:, :, None]
+    )
     ref = F.scaled_dot_product_attention(
-        qr, kr.repeat_interleave(h // hkv, 1), vr.repeat_interleave(h // hkv, 1),
-        attn_mask=allowed[:, None])
+        qr,
+        kr.repeat_interleave(h // hkv, 1),
+        vr.repeat_interleave(h // hkv, 1),
+        attn_mask=allowed[:, None],
+    )
     (ref * g).sum().backward()
     # CP: tensors are [B, H, T, D]; shard along T (move to dim 1 for shard_packed_batch)
     sh = shard_packed_batch(
-        {"seq_ids": seq, "q": q.transpose(1, 2), "k": k.transpose(1, 2), "v": v.transpose(1, 2),
-         "g": g.transpose(1, 2)}, rank, cp)
+        {
+            "seq_ids": seq,
+            "q": q.transpose(1, 2),
+            "k": k.transpose(1, 2),
+            "v": v.transpose(1, 2),
+            "g": g.transpose(1, 2),
+        },
+        rank,
+        cp,
+    )
     qs, ks, vs = (sh[n].transpose(1, 2).contiguous().requires_grad_() for n in "qkv")
     with cp_attention_context(dist.group.WORLD, sh["global_index"], sh["seq_ids"]):
         out = ring_attention(qs, ks, vs)
     (out * sh["g"].transpose(1, 2)).sum().backward()
     res = {}
-    for name, mine, theirs in [("attn_out", out, ref), ("attn_dq", qs.grad, qr.grad),
-                               ("attn_dk", ks.grad, kr.grad), ("attn_dv", vs.grad, vr.grad)]:
+    for name, mine, theirs in [
+        ("attn_out", out, ref),
+        ("attn_dq", qs.grad, qr.grad),
+        ("attn_dk", ks.grad, kr.grad),
+        ("attn_dv", vs.grad, vr.grad),
+    ]:
         full = gather_unshard(mine.detach().transpose(1, 2), t, cp).transpose(1, 2)
         res[name] = (full - theirs.detach()).abs().max().item()
     return res
@@ -93,8 +108,11 @@ def model_check(rank: int, cp: int) -> dict:
 
     model = tiny_llama(**MODEL)
     model.set_attn_implementation("ring_cp")
-    sh = shard_packed_batch({"input_ids": ids, "seq_ids": seq, "position_ids": pos,
-                             "targets": tgt, "mask": mask}, rank, cp)
+    sh = shard_packed_batch(
+        {"input_ids": ids, "seq_ids": seq, "position_ids": pos, "targets": tgt, "mask": mask},
+        rank,
+        cp,
+    )
     with cp_attention_context(dist.group.WORLD, sh["global_index"], sh["seq_ids"]):
         lp = token_logprobs(model, sh["input_ids"], sh["position_ids"], sh["targets"])
     total = n_tokens.clone().float()  # the global loss-token count: all-reduced in real use
@@ -106,14 +124,18 @@ def model_check(rank: int, cp: int) -> dict:
     dist.all_reduce(loss_all)
     for p in model.parameters():
         dist.all_reduce(p.grad)
-    grad_diff = max((p.grad - r.grad).abs().max().item()
-                    for p, r in zip(model.parameters(), ref_model.parameters(), strict=True))
+    grad_diff = max(
+        (p.grad - r.grad).abs().max().item()
+        for p, r in zip(model.parameters(), ref_model.parameters(), strict=True)
+    )
     full_lp = gather_unshard(lp.detach(), t, cp)
-    return {"logprob": (full_lp - ref_lp.detach()).abs().max().item(),
-            "loss": abs(loss_all.item() - ref_loss.item()),
-            "count": abs(local_n.item() - total.item()),
-            "grad": grad_diff,
-            "ref_loss": ref_loss.item()}
+    return {
+        "logprob": (full_lp - ref_lp.detach()).abs().max().item(),
+        "loss": abs(loss_all.item() - ref_loss.item()),
+        "count": abs(local_n.item() - total.item()),
+        "grad": grad_diff,
+        "ref_loss": ref_loss.item(),
+    }
 
 
 def main() -> None:

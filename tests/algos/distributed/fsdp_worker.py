@@ -69,8 +69,7 @@ def train_step(model, optim, ctx, step: int) -> dict[str, float]:
     sh = shard_packed_batch(batch, ctx.cp_rank, ctx.cp)
     n_tok = all_reduce_token_count(sh["mask"].sum(), ctx)
     with cp_attention_context(ctx.cp_group, sh["global_index"], sh["seq_ids"]):
-        lp = call_model(model, token_logprobs, sh["input_ids"], sh["position_ids"],
-                        sh["targets"])
+        lp = call_model(model, token_logprobs, sh["input_ids"], sh["position_ids"], sh["targets"])
     loss = -(lp * sh["mask"]).sum() / n_tok
     loss.backward()
     norm = clip_grad_norm_(model.parameters(), 1.0)
@@ -106,8 +105,17 @@ def main() -> None:
             at_save = full_state_dict(model)
     params = full_state_dict(model)
     if ctx.is_main:
-        torch.save({"log": log, "params": params, "params_at_save": at_save,
-                    "world": ctx.world, "dp": ctx.dp, "cp": ctx.cp}, args.out)
+        torch.save(
+            {
+                "log": log,
+                "params": params,
+                "params_at_save": at_save,
+                "world": ctx.world,
+                "dp": ctx.dp,
+                "cp": ctx.cp,
+            },
+            args.out,
+        )
     teardown_distributed()
 
 

@@ -68,9 +68,12 @@ def test_single_rank_is_document_masked_attention_with_exact_backward():
     v = torch.randn(1, 2, t, 8, dtype=torch.float64, requires_grad=True)
     with cp_attention_context(None, torch.arange(t), seq):
         out = ring_attention(q, k, v)
-    allowed = (torch.arange(t)[None] <= torch.arange(t)[:, None]) & (seq[0][None] == seq[0][:, None])
+    allowed = (torch.arange(t)[None] <= torch.arange(t)[:, None]) & (
+        seq[0][None] == seq[0][:, None]
+    )
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=allowed)
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=allowed
+    )
     assert (out.double() - ref).abs().max() < TOL
     g = torch.randn_like(ref)
     mine = torch.autograd.grad(out, (q, k, v), g)

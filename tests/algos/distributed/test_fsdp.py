@@ -32,8 +32,9 @@ WORKER = str(HERE / "fsdp_worker.py")
 def _python(args: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
 
 

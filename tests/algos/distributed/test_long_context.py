@@ -10,8 +10,15 @@ from algos.distributed.long_context import apply_yarn, check_context_fits, stage
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    base = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return LlamaConfig(**{**base, **kw})
 
 
@@ -43,16 +50,25 @@ def test_apply_yarn_refuses_bad_input():
 
 
 def test_context_fit_scales_with_cp_and_fails_with_numbers():
-    cfg = apply_yarn(LlamaConfig(vocab_size=152064, hidden_size=5120, intermediate_size=27648,
-                                 num_hidden_layers=64, num_attention_heads=40,
-                                 num_key_value_heads=8, max_position_embeddings=32768))
+    cfg = apply_yarn(
+        LlamaConfig(
+            vocab_size=152064,
+            hidden_size=5120,
+            intermediate_size=27648,
+            num_hidden_layers=64,
+            num_attention_heads=40,
+            num_key_value_heads=8,
+            max_position_embeddings=32768,
+        )
+    )
     one = check_context_fits(cfg, 131072, 1, raise_on_fail=False, world_size=128)
     eight = check_context_fits(cfg, 131072, 8, raise_on_fail=False, world_size=128)
     assert one.tokens_per_rank == 131072 and eight.tokens_per_rank == 16384
     assert eight.activation_bytes * 7 < one.activation_bytes  # ~1/CP
     h200 = 141 * 10**9
-    ok = check_context_fits(cfg, 131072, 8, 131072, True, h200, world_size=128,
-                            fused_attention=True)
+    ok = check_context_fits(
+        cfg, 131072, 8, 131072, True, h200, world_size=128, fused_attention=True
+    )
     assert ok.fits and not ok.problems
     # the pure-PyTorch ring materialises (T/CP)^2 scores per head: needs a larger CP
     with pytest.raises(ValueError, match="use cp >= 8"):

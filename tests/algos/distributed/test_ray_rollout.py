@@ -14,8 +14,12 @@ from algos.distributed.ray_rollout import RayRolloutConfig, RayRolloutPool  # no
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
     yield
     ray.shutdown()
 
@@ -52,9 +56,14 @@ def test_config_names_bad_policy():
 
 @pytest.mark.slow  # two workers, one killed mid-episode and its episodes run again (36 s wall)
 def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task_ids, tmp_path):
-    cfg = RayRolloutConfig(num_workers=2, worker_concurrency=2, worker_num_cpus=1,
-                           max_sandbox_starts_per_node=1, on_failure="retry",
-                           episode_timeout_s=120)
+    cfg = RayRolloutConfig(
+        num_workers=2,
+        worker_concurrency=2,
+        worker_num_cpus=1,
+        max_sandbox_starts_per_node=1,
+        on_failure="retry",
+        episode_timeout_s=120,
+    )
     from agents.models.scripted import OracleModel
 
     model = _holding(OracleModel, task_ids[0], str(tmp_path / "held"))
@@ -78,7 +87,8 @@ def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task
     assert res.failed == 0 and res.dropped == 0
     assert [t.task_id for t in res.trajectories] == task_ids  # job order, none missing
     assert all(t.finish_reason == "submitted" for t in res.trajectories), [
-        (t.finish_reason, t.error) for t in res.trajectories]
+        (t.finish_reason, t.error) for t in res.trajectories
+    ]
     assert sum(res.episodes_per_node.values()) == len(task_ids)
     (node,) = stats.values()  # one node: at most one sandbox start at a time
     assert node["peak"] == 1 and node["total"] >= len(task_ids)
@@ -87,13 +97,21 @@ def test_killed_worker_costs_only_its_episodes_which_are_retried(local_ray, task
 def test_engine_actor_serves_workers_gets_weights_and_record_policy(local_ray, task_ids, tmp_path):
     from agents.models.scripted import OracleModel
 
-    class VersionedOracle(_holding(OracleModel, task_ids[0], str(tmp_path / "held"))):  # local class: pickled by value into the engine actor
+    class VersionedOracle(
+        _holding(OracleModel, task_ids[0], str(tmp_path / "held"))
+    ):  # local class: pickled by value into the engine actor
         def update_weights(self, source):
             self.loaded = source
 
-    cfg = RayRolloutConfig(num_workers=2, worker_concurrency=1, worker_num_cpus=0.5,
-                           num_engines=1, engine_num_cpus=0.5, on_failure="record",
-                           replace_dead_workers=False)
+    cfg = RayRolloutConfig(
+        num_workers=2,
+        worker_concurrency=1,
+        worker_num_cpus=0.5,
+        num_engines=1,
+        engine_num_cpus=0.5,
+        on_failure="record",
+        replace_dead_workers=False,
+    )
     pool = RayRolloutPool(cfg, model_factory=VersionedOracle)
     pool.wait_ready()
     try:

@@ -17,11 +17,38 @@ from tests.algos.toy_run import toy_cfg
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode
 # at a time (seeded sampling), one optimiser step per iteration, the sampler's old log-probs (so
 # ratio_mean == 1 shows that rank 0's engine received the updated weights).
-TOY = ["--env", "ToyKeyword-v0", "--env-kwargs", '{"target": "e"}', "--policy", "tiny-random",
-       "--max-new-tokens", "3", "--max-turns", "1", "--max-context-tokens", "128",
-       "--group-size", "4", "--problems-per-iteration", "2", "--batch-size", "2",
-       "--length-penalty", "false", "--lr", "1e-3", "--progress", "false", "--concurrency", "1",
-       "--max-steps-per-iteration", "1", "--old-logprobs", "sampler"]
+TOY = [
+    "--env",
+    "ToyKeyword-v0",
+    "--env-kwargs",
+    '{"target": "e"}',
+    "--policy",
+    "tiny-random",
+    "--max-new-tokens",
+    "3",
+    "--max-turns",
+    "1",
+    "--max-context-tokens",
+    "128",
+    "--group-size",
+    "4",
+    "--problems-per-iteration",
+    "2",
+    "--batch-size",
+    "2",
+    "--length-penalty",
+    "false",
+    "--lr",
+    "1e-3",
+    "--progress",
+    "false",
+    "--concurrency",
+    "1",
+    "--max-steps-per-iteration",
+    "1",
+    "--old-logprobs",
+    "sampler",
+]
 
 
 @pytest.mark.slow  # three runs of the CLI, two of them torchrun x2
@@ -68,12 +95,26 @@ def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
     ray = pytest.importorskip("ray")
     from algos.trainer import RayRollouts, Trainer
 
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=3,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
     try:
-        cfg = toy_cfg(tmp_path, group_size=4, problems_per_iteration=2, batch_size=2, lr=1e-3,
-                      concurrency=2, iterations=2, max_steps_per_iteration=1,
-                      old_logprobs="sampler", rollout_backend="ray", ray_workers=1)
+        cfg = toy_cfg(
+            tmp_path,
+            group_size=4,
+            problems_per_iteration=2,
+            batch_size=2,
+            lr=1e-3,
+            concurrency=2,
+            iterations=2,
+            max_steps_per_iteration=1,
+            old_logprobs="sampler",
+            rollout_backend="ray",
+            ray_workers=1,
+        )
         trainer = Trainer(cfg, "dapo")
         try:
             assert isinstance(trainer.policy.sampler, RayRollouts)

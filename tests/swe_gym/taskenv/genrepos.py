@@ -21,7 +21,9 @@ Mapping = collections.Mapping  # gone in Python 3.10
 def camel(word):
     return word
 """
-CODE_FIXED = CODE.replace("    return word", "    import inflection\n    return inflection.camelize(word)")
+CODE_FIXED = CODE.replace(
+    "    return word", "    import inflection\n    return inflection.camelize(word)"
+)
 TESTS = """\
 import importlib.metadata
 
@@ -38,12 +40,15 @@ def test_installed():
 def test_pinned_runner():
     assert pytest.__version__ == "7.4.4"
 """
-TESTS_NEW = TESTS + """
+TESTS_NEW = (
+    TESTS
+    + """
 
 def test_camel():
     from oldpy import camel
     assert camel("snake_case") == "SnakeCase"
 """
+)
 RECIPE = {
     "python": "3.9",
     "pip_packages": ["pytest==7.4.4", "inflection==0.5.1"],
@@ -82,7 +87,10 @@ def oldpy_repo(repos: Path, history: int = 0) -> dict:
         "patch": diff_of(repo, "oldpy/__init__.py", CODE_FIXED),
         "test_patch": diff_of(repo, "tests/test_oldpy.py", TESTS_NEW),
         "FAIL_TO_PASS": ["tests/test_oldpy.py::test_camel"],
-        "PASS_TO_PASS": ["tests/test_oldpy.py::test_installed", "tests/test_oldpy.py::test_pinned_runner"],
+        "PASS_TO_PASS": [
+            "tests/test_oldpy.py::test_installed",
+            "tests/test_oldpy.py::test_pinned_runner",
+        ],
         "install_config": dict(RECIPE),
     }
 

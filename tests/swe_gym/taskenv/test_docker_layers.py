@@ -19,7 +19,9 @@ def test_docker_runs_the_rows_python_and_packages(docker_client, oldpy):
     sb = make_sandbox(task, "docker", **opts)
     sb.start()
     try:
-        out = sb.run("python --version; pytest --version; cat oldpy/_version.py; git status --short")
+        out = sb.run(
+            "python --version; pytest --version; cat oldpy/_version.py; git status --short"
+        )
         assert "Python 3.9." in out.output and "pytest 7.4.4" in out.output
         assert "version = '0.1'" in out.output  # the install step's generated file
         assert "oldpy/_version.py" not in out.output  # excluded from git, not the agent's change

@@ -17,23 +17,45 @@ HOST = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _task(**row):
-    base = {"instance_id": "r-1", "repo": "me/lib", "base_commit": "0" * 40,
-            "problem_statement": "", "patch": "", "test_patch": "", "FAIL_TO_PASS": ["a"]}
+    base = {
+        "instance_id": "r-1",
+        "repo": "me/lib",
+        "base_commit": "0" * 40,
+        "problem_statement": "",
+        "patch": "",
+        "test_patch": "",
+        "FAIL_TO_PASS": ["a"],
+    }
     return normalise_row({**base, **row})
 
 
 def test_the_rows_install_config_first_then_swebenchs_spec_then_none(tmp_path, monkeypatch):
-    table = {"me/lib": {"1.0": {"python": "3.9", "pip_packages": ["pytest==7.4.4"],
-                                "packages": "requirements.txt", "install": "pip install -e ."}}}
+    table = {
+        "me/lib": {
+            "1.0": {
+                "python": "3.9",
+                "pip_packages": ["pytest==7.4.4"],
+                "packages": "requirements.txt",
+                "install": "pip install -e .",
+            }
+        }
+    }
     (tmp_path / "s.json").write_text(json.dumps(table))
     monkeypatch.setenv(specs.SPECS_ENV, str(tmp_path / "s.json"))
     specs.clear_caches()
     try:
         reqs = lambda commit, path: "six==1.16.0\n" if path == "requirements.txt" else None  # noqa: E731
-        r = recipe_for(_task(version="1.0", environment_setup_commit="e" * 40), reqs,
-                       lambda c: "2021-03-04T05:06:07+00:00")
+        r = recipe_for(
+            _task(version="1.0", environment_setup_commit="e" * 40),
+            reqs,
+            lambda c: "2021-03-04T05:06:07+00:00",
+        )
         assert (r.source, r.python, r.packages, r.install) == (
-            "swebench", "3.9", ["pytest==7.4.4"], "pip install -e .")
+            "swebench",
+            "3.9",
+            ["pytest==7.4.4"],
+            "pip install -e .",
+        )
         assert r.requirements == {"requirements.txt": "six==1.16.0\n"}
         assert r.setup_commit == "e" * 40 and r.exclude_newer == "2021-03-04"
         own = recipe_for(_task(version="1.0", install_config={"python": "3.8"}))

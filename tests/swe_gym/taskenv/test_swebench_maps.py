@@ -17,9 +17,19 @@ PATCH = "diff --git a/t/test_x.py b/t/test_x.py\n--- a/t/test_x.py\n+++ b/t/test
 
 
 def _task(repo: str, version: str = "", **row) -> Task:
-    return normalise_row({"instance_id": "r-1", "repo": repo, "version": version,
-                          "base_commit": "0" * 40, "problem_statement": "", "patch": "",
-                          "test_patch": PATCH, "FAIL_TO_PASS": ["a"], **row})
+    return normalise_row(
+        {
+            "instance_id": "r-1",
+            "repo": repo,
+            "version": version,
+            "base_commit": "0" * 40,
+            "problem_statement": "",
+            "patch": "",
+            "test_patch": PATCH,
+            "FAIL_TO_PASS": ["a"],
+            **row,
+        }
+    )
 
 
 @pytest.fixture
@@ -37,10 +47,15 @@ def spec_file(tmp_path, monkeypatch):
 def test_parsers_come_from_swebenchs_repository_map():
     # pydicom's logs need the options-aware parser: parse_log_pytest read 44 failures as 2
     assert log_parser_choice(_task("pydicom/pydicom")) == (
-        "parse_log_pytest_options", "swebench repository map")
+        "parse_log_pytest_options",
+        "swebench repository map",
+    )
     assert log_parser_choice(_task("sympy/sympy"))[0] == "parse_log_sympy"
     assert log_parser_choice(_task("django/django"))[0] == "parse_log_django"
-    assert log_parser_choice(_task("pylint-dev/astroid"))[0] in ("parse_log_pytest", "parse_log_astroid")
+    assert log_parser_choice(_task("pylint-dev/astroid"))[0] in (
+        "parse_log_pytest",
+        "parse_log_astroid",
+    )
 
 
 def test_the_rows_parser_overrides_and_an_unknown_repository_gets_pytests_with_the_reason():
@@ -53,8 +68,17 @@ def test_the_rows_parser_overrides_and_an_unknown_repository_gets_pytests_with_t
 
 
 def test_test_command_per_repo_and_version_with_the_row_first(spec_file):
-    spec_file({"pytest-dev/pytest": {"5.4": {"test_cmd": "pytest -rA", "eval_commands": [
-        "export LANG=C.UTF-8", "locale-gen"]}, "7.0": {"test_cmd": ["cd x", "pytest -q"]}}})
+    spec_file(
+        {
+            "pytest-dev/pytest": {
+                "5.4": {
+                    "test_cmd": "pytest -rA",
+                    "eval_commands": ["export LANG=C.UTF-8", "locale-gen"],
+                },
+                "7.0": {"test_cmd": ["cd x", "pytest -q"]},
+            }
+        }
+    )
     cmd, source = command_choice(_task("pytest-dev/pytest", "5.4"))
     assert cmd == "pytest -rA t/test_x.py" and source == "swebench spec (pytest-dev/pytest 5.4)"
     assert command_choice(_task("pytest-dev/pytest", "7.0"))[0] == "cd x && pytest -q t/test_x.py"
@@ -67,11 +91,15 @@ def test_test_command_per_repo_and_version_with_the_row_first(spec_file):
 
 
 def test_a_swebench5_rows_eval_script_gives_its_whole_command():
-    script = ("#!/bin/bash\nset -uxo pipefail\ngit checkout abc t/test_x.py\n"
-              ": '>>>>> Start Test Output'\npytest -rA t/test_x.py::test_a\n"
-              ": '>>>>> End Test Output'\ngit checkout abc t/test_x.py\n")
+    script = (
+        "#!/bin/bash\nset -uxo pipefail\ngit checkout abc t/test_x.py\n"
+        ": '>>>>> Start Test Output'\npytest -rA t/test_x.py::test_a\n"
+        ": '>>>>> End Test Output'\ngit checkout abc t/test_x.py\n"
+    )
     assert command_choice(_task("me/mine", "1.0", eval_script=script)) == (
-        "pytest -rA t/test_x.py::test_a", "row eval_script")
+        "pytest -rA t/test_x.py::test_a",
+        "row eval_script",
+    )
 
 
 def test_the_spec_table_source_is_named():

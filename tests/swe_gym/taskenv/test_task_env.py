@@ -52,8 +52,15 @@ def test_the_sandbox_sees_only_the_environment(oldpy):
     with LocalSandbox(normalise_row(row), repos_dir=repos) as sb:
         env = sb.task_env
         assert env is not None and env.manifest["python"].startswith("3.9.")
-        out = sb.run("command -v python pytest; python -c 'import sys; print(sys.version_info[:2])'")
-        assert out.output.split() == [f"{env.venv}/bin/python", f"{env.venv}/bin/pytest", "(3,", "9)"]
+        out = sb.run(
+            "command -v python pytest; python -c 'import sys; print(sys.version_info[:2])'"
+        )
+        assert out.output.split() == [
+            f"{env.venv}/bin/python",
+            f"{env.venv}/bin/pytest",
+            "(3,",
+            "9)",
+        ]
         # the host's site-packages and plugins are not there, nor its other interpreters
         assert sb.run("python -c 'import swebench'").exit_code != 0
         assert sb.run(f"ls {sys.base_prefix}/lib").exit_code != 0
@@ -72,19 +79,26 @@ def test_the_environment_is_cached_by_recipe_and_reused_by_other_processes(oldpy
     first = taskenv.resolve(task, repos_dir=repos)
     other = normalise_row({**row, "instance_id": "gen__oldpy-2"})
     assert taskenv.resolve(other, repos_dir=repos).root == first.root  # key: the recipe
-    code = ("import json, sys; from swe_gym import taskenv; from swe_gym.tasks import normalise_row;"
-            "e = taskenv.resolve(normalise_row(json.loads(sys.argv[1])), repos_dir=sys.argv[2]);"
-            "print(e.built_now, e.root)")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(row), repos],
-                         capture_output=True, text=True, check=True).stdout.split()
+    code = (
+        "import json, sys; from swe_gym import taskenv; from swe_gym.tasks import normalise_row;"
+        "e = taskenv.resolve(normalise_row(json.loads(sys.argv[1])), repos_dir=sys.argv[2]);"
+        "print(e.built_now, e.root)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(row), repos],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert out == ["False", str(first.root)]
 
 
 def test_concurrent_builders_build_once(env_cache):
     recipe = Recipe("install_config", python="3.12", packages=["inflection==0.5.1"])
     got: list = []
-    threads = [threading.Thread(target=lambda: got.append(ensure(recipe, label="t")))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: got.append(ensure(recipe, label="t"))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -115,14 +129,32 @@ def test_task_policy_without_a_recipe_says_so(mini_repo):
 
 
 def test_resolution_is_dated_and_a_newer_pin_wins_with_a_note(env_cache):
-    dated = ensure(Recipe("install_config", python="3.12", packages=["inflection"],
-                          exclude_newer="2020-07-01"), label="dated")
-    out = subprocess.run([f"{dated.venv}/bin/python", "-c",
-                          "import importlib.metadata as m; print(m.version('inflection'))"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    dated = ensure(
+        Recipe(
+            "install_config", python="3.12", packages=["inflection"], exclude_newer="2020-07-01"
+        ),
+        label="dated",
+    )
+    out = subprocess.run(
+        [
+            f"{dated.venv}/bin/python",
+            "-c",
+            "import importlib.metadata as m; print(m.version('inflection'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == "0.5.0"  # the newest release before the date (0.5.1 came later)
-    pinned = ensure(Recipe("install_config", python="3.12", packages=["inflection==0.5.1"],
-                           exclude_newer="2020-07-01"), label="pinned")
+    pinned = ensure(
+        Recipe(
+            "install_config",
+            python="3.12",
+            packages=["inflection==0.5.1"],
+            exclude_newer="2020-07-01",
+        ),
+        label="pinned",
+    )
     assert "--exclude-newer 2020-07-01 dropped" in pinned.manifest["note"]
 
 
@@ -136,11 +168,18 @@ def test_gym_make_on_a_published_shaped_row(oldpy, tmp_path):
     row, repos = oldpy
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")
-    with gym.make("SWERebench-v0", tasks=str(rows), backend="local",
-                  sandbox_options={"repos_dir": repos}, max_turns=5) as env:
+    with gym.make(
+        "SWERebench-v0",
+        tasks=str(rows),
+        backend="local",
+        sandbox_options={"repos_dir": repos},
+        max_turns=5,
+    ) as env:
         env.reset(seed=0)
         obs, *_ = env.step("```\npython --version\n```")
         assert obs.startswith("Python 3.9.")
-        obs, *_ = env.step(f"```\ncat > /tmp/fix.diff <<'EOF'\n{row['patch']}EOF\ngit apply /tmp/fix.diff\n```")
+        obs, *_ = env.step(
+            f"```\ncat > /tmp/fix.diff <<'EOF'\n{row['patch']}EOF\ngit apply /tmp/fix.diff\n```"
+        )
         _, reward, terminated, _, info = env.step("```\nsubmit\n```")
     assert terminated and reward == 1.0, info
