@@ -81,6 +81,13 @@ def _ks(runs: int) -> list[int]:
     return sorted(ks)
 
 
+def format_valid_rate(trajectories: Sequence[Trajectory]) -> float | None:
+    """The share of replies the env could parse as one action (the format a policy must learn);
+    None when there was no turn."""
+    turns = [t for traj in trajectories for t in traj.turns]
+    return sum(not t.invalid_action for t in turns) / len(turns) if turns else None
+
+
 def summarise(trajectories: Sequence[Trajectory], task_ids: Sequence[str], runs: int) -> dict:
     """Per-task counts, pass@1 mean +- standard error over runs, pass@k.
 
@@ -121,10 +128,7 @@ def summarise(trajectories: Sequence[Trajectory], task_ids: Sequence[str], runs:
     return {
         "num_tasks": len(task_ids),
         "runs": runs,
-        # the share of replies the env could parse as one action (the format a policy must learn)
-        "format_valid_rate": (
-            sum(not t.invalid_action for t in turns) / len(turns) if turns else None
-        ),
+        "format_valid_rate": format_valid_rate(trajectories),
         "turns": len(turns),
         "tokens_per_trajectory": (statistics.fmean(t.num_tokens for t in exact) if exact else None),
         "pass@1": statistics.fmean(rates),

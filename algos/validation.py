@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.evaluate import format_valid_rate
+
 VAL_FILE = "validation.jsonl"
 SEED_OFFSET = 7_000_000  # validation episodes never reuse a training episode's seed
 
@@ -48,14 +50,6 @@ def per_task_rates(trajs: Sequence[Any]) -> dict[str, float]:
     for t in trajs:
         runs.setdefault(t.task_id, []).append(1.0 if t.resolved else 0.0)
     return {k: sum(v) / len(v) for k, v in runs.items()}
-
-
-def format_valid_rate(trajs: Sequence[Any]) -> float:
-    """Turns whose action the env accepted, over all turns."""
-    turns = [turn for t in trajs for turn in t.turns]
-    if not turns:
-        return math.nan
-    return sum(1 for turn in turns if not turn.invalid_action) / len(turns)
 
 
 @dataclass
@@ -160,4 +154,4 @@ def metrics_of(row: dict[str, Any]) -> dict[str, float]:
     }
 
 
-__all__ = ["VAL_FILE", "Validator", "format_valid_rate", "mean_se", "metrics_of", "per_task_rates"]
+__all__ = ["VAL_FILE", "Validator", "mean_se", "metrics_of", "per_task_rates"]

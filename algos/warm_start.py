@@ -113,8 +113,8 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     repos_dir = root / "repos"
-    rows = _synthesise(recipe["synth"], root / "tasks.jsonl", repos_dir, seed)
     tasks = root / "tasks.jsonl"
+    rows = _synthesise(recipe["synth"], tasks, repos_dir, seed)
     rl_tasks = root / "rl_tasks.jsonl"
     n_rl = len(_synthesise(recipe["rl"], rl_tasks, repos_dir, seed)) if "rl" in recipe else None
     t_synth = time.perf_counter() - t0
