@@ -19,41 +19,7 @@ from algos.plot import plot_runs
 from algos.run_io import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
-COMMON = [
-    "--env",
-    "ToyKeyword-v0",
-    "--env-kwargs",
-    '{"target": "w"}',
-    "--policy",
-    "tiny-random",
-    "--max-new-tokens",
-    "3",
-    "--max-turns",
-    "1",
-    "--max-context-tokens",
-    "128",
-    "--group-size",
-    "8",
-    "--problems-per-iteration",
-    "4",
-    "--batch-size",
-    "8",
-    "--max-steps-per-iteration",
-    "4",
-    "--lr",
-    "3e-3",
-    "--length-penalty",
-    "false",
-    "--concurrency",
-    "32",
-    "--checkpoint-every",
-    "0",
-    "--progress",
-    "false",
-    # a policy that has learned leaves no group with mixed rewards: skip, do not stop the run
-    "--on-exhausted",
-    "skip",
-]
+COMMON = ["--config", str(Path(__file__).resolve().parents[1] / "algos/presets/toy_keyword.yaml")]
 ALGOS = {"dapo": (dapo.main, []), "grpo": (grpo.main, ["--kl-coef", "0.04"])}
 
 

@@ -15,44 +15,19 @@ from algos.run_io import read_metrics
 
 pytestmark = pytest.mark.slow  # two 24-iteration runs: 2-4 minutes on 2 cores
 
+TOY = Path(__file__).resolve().parents[2] / "algos" / "presets" / "toy_keyword.yaml"
 ARGS = [
-    "--env",
-    "ToyKeyword-v0",
-    "--env-kwargs",
-    '{"target": "w"}',
-    "--policy",
-    "tiny-random",
-    "--max-new-tokens",
-    "3",
-    "--max-turns",
-    "1",
-    "--max-context-tokens",
-    "128",
+    "--config",
+    str(TOY),
     # one optimiser step per iteration, so a version is an iteration and K = 1 means one behind
-    "--group-size",
-    "8",
-    "--problems-per-iteration",
-    "4",
-    "--batch-size",
-    "8",
     "--max-steps-per-iteration",
     "1",
     "--lr",
     "1e-2",
-    "--length-penalty",
-    "false",
-    "--concurrency",
-    "32",
-    "--checkpoint-every",
-    "0",
-    "--progress",
-    "false",
     "--seed",
     "0",
     "--save-episodes",
     "0",
-    "--on-exhausted",
-    "skip",
     # K = 1 trains on samples one step old: weight their tokens by the learner/sampler ratio
     # (a no-op for K = 0, whose engine is the learner's module)
     "--off-policy-correction",

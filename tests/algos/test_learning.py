@@ -10,44 +10,8 @@ from pathlib import Path
 from algos import dapo
 from algos.run_io import read_metrics
 
-LEARNING_ARGS = [
-    "--env",
-    "ToyKeyword-v0",
-    "--env-kwargs",
-    '{"target": "w"}',
-    "--policy",
-    "tiny-random",
-    "--max-new-tokens",
-    "3",
-    "--max-turns",
-    "1",
-    "--max-context-tokens",
-    "128",
-    "--group-size",
-    "8",
-    "--problems-per-iteration",
-    "4",
-    "--batch-size",
-    "8",
-    "--max-steps-per-iteration",
-    "4",
-    "--lr",
-    "3e-3",
-    "--length-penalty",
-    "false",
-    "--concurrency",
-    "32",
-    "--checkpoint-every",
-    "0",
-    "--progress",
-    "false",
-    "--seed",
-    "0",
-    # once the policy has learned, every group is all-1 and no sample survives DAPO's filter:
-    # that is success, so the iteration is skipped (and still logged), not an error
-    "--on-exhausted",
-    "skip",
-]
+TOY = Path(__file__).resolve().parents[2] / "algos" / "presets" / "toy_keyword.yaml"
+LEARNING_ARGS = ["--config", str(TOY), "--seed", "0"]
 
 
 def test_dapo_raises_reward_on_toy_env(tmp_path: Path):
