@@ -35,7 +35,7 @@ def main() -> int:
 
     from swe_gym import reap
     from swe_gym.docker_daemon import get_client
-    from swe_gym.images import ensure_image
+    from swe_gym.images.resolve import ensure_image
     from swe_gym.sandbox.docker import DockerSandbox
     from swe_gym.starter import starter_tasks
 

@@ -34,7 +34,8 @@ from typing import Any
 
 from swe_gym.docker_daemon import get_client, host_of, is_connection_error, unavailable
 from swe_gym.errors import SandboxError, SandboxUnavailable, unknown_choice
-from swe_gym.images import PULL_POLICIES, WORKDIR, ensure_image
+from swe_gym.images.common import WORKDIR
+from swe_gym.images.resolve import PULL_POLICIES, ensure_image
 from swe_gym.reap import LABEL_EPISODE, LABEL_OWNER, LABEL_RUN, LABEL_STARTED, LABEL_TASK, OWNER
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
 from swe_gym.sandbox.docker_files import DockerFiles

@@ -22,7 +22,7 @@ RUN_ID = f"pytest-security-{uuid.uuid4().hex[:8]}"
 def docker_client(docker_client):
     """The shared daemon fixture (tests/conftest.py), with the base image built and this run's
     containers reaped at the end."""
-    from swe_gym.images import build_base
+    from swe_gym.images.base import build_base
 
     client = docker_client
     build_base(client)

@@ -5,13 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from agents.models import smollm2
-from swe_gym import images, paths
+from swe_gym import paths
+from swe_gym.images import base as image_base
 from swe_gym.starter import _core as starter_core
 
 
 def test_every_cache_follows_the_env_variable(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "c"))
-    assert images.cache_dir() == starter_core.cache_root() == smollm2.cache_dir() == tmp_path / "c"
+    assert (
+        image_base.cache_dir() == starter_core.cache_root() == smollm2.cache_dir() == tmp_path / "c"
+    )
 
 
 def test_default_cache_is_under_home_not_the_working_directory(tmp_path, monkeypatch):
@@ -20,7 +23,7 @@ def test_default_cache_is_under_home_not_the_working_directory(tmp_path, monkeyp
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
-    root = images.cache_dir()
+    root = image_base.cache_dir()
     assert root == tmp_path / "home" / ".cache" / "swe_gym"
     assert (
         Path.cwd() not in root.parents and Path(__file__).resolve().parents[2] not in root.parents

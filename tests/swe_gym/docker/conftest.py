@@ -25,7 +25,7 @@ def run_id(docker_client):
 
 @pytest.fixture(scope="session")
 def base_image(docker_client):
-    from swe_gym.images import build_base
+    from swe_gym.images.base import build_base
 
     return build_base(docker_client)  # seconds from the cached tarball, ~1-3 min the first time
 

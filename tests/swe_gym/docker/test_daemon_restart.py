@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def second_daemon(base_image, docker_client):
     from swe_gym.docker_daemon import get_client
-    from swe_gym.images import build_base, cache_dir
+    from swe_gym.images.base import build_base, cache_dir
 
     root = cache_dir() / "docker-restart-test"  # kept between runs: the image import is paid once
     env = {

@@ -6,13 +6,16 @@ import dataclasses
 
 import pytest
 
-from swe_gym import images
 from swe_gym.errors import SandboxUnavailable
+from swe_gym.images.base import apt_mirror
+from swe_gym.images.common import BuildError, ImageError
+from swe_gym.images.recipes import instance_tag, recipe_for
+from swe_gym.images.resolve import candidates, ensure_image, published_names
 from swe_gym.tasks import Task
 
 
 def test_published_names_follow_the_1776_rule():
-    assert images.published_names("Astropy__astropy-12907") == [
+    assert published_names("Astropy__astropy-12907") == [
         "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907",
         "swerebench/sweb.eval.x86_64.astropy_1776_astropy-12907",
     ]
@@ -20,10 +23,10 @@ def test_published_names_follow_the_1776_rule():
 
 def test_candidates_put_the_rows_image_first_and_rebench_first_for_rebench_rows(starter):
     t = dataclasses.replace(starter[0], image_name="me/img:1")
-    assert images.candidates(t)[0] == "me/img:1"
-    assert images.candidates(t)[1].startswith("swerebench/")  # the row has an install_config
+    assert candidates(t)[0] == "me/img:1"
+    assert candidates(t)[1].startswith("swerebench/")  # the row has an install_config
     plain = dataclasses.replace(starter[0], install_config=None)
-    assert images.candidates(plain)[0].startswith("swebench/")
+    assert candidates(plain)[0].startswith("swebench/")
 
 
 def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path):
@@ -33,16 +36,16 @@ def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path):
         "Components: main\n\nTypes: deb\nURIs: http://other.invalid/debian-security\n"
         "Suites: bookworm-security\n"
     )
-    assert images.apt_mirror("bookworm", tmp_path) == "http://mirror.invalid/debian"
+    assert apt_mirror("bookworm", tmp_path) == "http://mirror.invalid/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text(
         "# x\ndeb [arch=amd64] http://one.invalid/debian trixie main\n"
     )
-    assert images.apt_mirror("trixie", tmp_path) == "http://one.invalid/debian"
-    assert images.apt_mirror("bookworm", tmp_path) == "http://one.invalid/debian"  # any Debian pool
+    assert apt_mirror("trixie", tmp_path) == "http://one.invalid/debian"
+    assert apt_mirror("bookworm", tmp_path) == "http://one.invalid/debian"  # any Debian pool
     (tmp_path / "sources.list").write_text("")
-    with pytest.raises(images.ImageError, match="no Debian mirror for suite 'bookworm'"):
-        images.apt_mirror("bookworm", tmp_path)
+    with pytest.raises(ImageError, match="no Debian mirror for suite 'bookworm'"):
+        apt_mirror("bookworm", tmp_path)
 
 
 def test_recipe_hash_depends_on_the_environment_fields_only(starter):
@@ -51,16 +54,14 @@ def test_recipe_hash_depends_on_the_environment_fields_only(starter):
     c = dataclasses.replace(
         a, install_config={**a.install_config, "pip_packages": ["pytest", "six"]}
     )
-    assert images.recipe_for(a).env_tag == images.recipe_for(b).env_tag
-    assert images.recipe_for(a).env_tag != images.recipe_for(c).env_tag
-    assert images.instance_tag(a) != images.instance_tag(
-        dataclasses.replace(a, base_commit="0" * 40)
-    )
+    assert recipe_for(a).env_tag == recipe_for(b).env_tag
+    assert recipe_for(a).env_tag != recipe_for(c).env_tag
+    assert instance_tag(a) != instance_tag(dataclasses.replace(a, base_commit="0" * 40))
 
 
 def test_unknown_pull_policy_is_named(starter):
     with pytest.raises(ValueError, match="unknown pull_policy 'sometimes'.*if-missing"):
-        images.ensure_image(starter[0], pull_policy="sometimes")
+        ensure_image(starter[0], pull_policy="sometimes")
 
 
 # ----------------------------------------------------------------------------- with a daemon
@@ -80,10 +81,8 @@ def test_missing_image_with_policy_never_names_the_image(docker_client, starter,
 
 @pytest.mark.docker
 def test_pull_of_an_unreachable_image_fails_clearly(docker_client):
-    with pytest.raises(
-        images.ImageError, match=r"no usable image:\n  swe-gym-nowhere/x:1 \(pulling"
-    ):
-        images.ensure_image(image="swe-gym-nowhere/x:1", pull_policy="always", client=docker_client)
+    with pytest.raises(ImageError, match=r"no usable image:\n  swe-gym-nowhere/x:1 \(pulling"):
+        ensure_image(image="swe-gym-nowhere/x:1", pull_policy="always", client=docker_client)
 
 
 @pytest.mark.docker
@@ -96,8 +95,8 @@ def test_a_failing_build_recipe_raises_with_the_log_tail(docker_client, starter)
             "pre_install": ["echo about-to-fail-4711; exit 7"],
         },
     )
-    with pytest.raises(images.BuildError) as info:
-        images.ensure_image(bad, pull_policy="never", client=docker_client)
+    with pytest.raises(BuildError) as info:
+        ensure_image(bad, pull_policy="never", client=docker_client)
     msg = str(info.value)
     assert "about-to-fail-4711" in msg and "last lines of the build log" in msg
     assert "returned a non-zero code: 7" in msg
@@ -106,8 +105,7 @@ def test_a_failing_build_recipe_raises_with_the_log_tail(docker_client, starter)
 @pytest.mark.docker
 def test_starter_images_are_built_once_and_reused(docker_client, starter):
     names = {
-        t.instance_id: images.ensure_image(t, pull_policy="never", client=docker_client)
-        for t in starter
+        t.instance_id: ensure_image(t, pull_policy="never", client=docker_client) for t in starter
     }
     # Tasks at the same commit share one testbed image.
     assert len(set(names.values())) == len({t.base_commit for t in starter})
@@ -145,8 +143,8 @@ def test_a_rebench_row_builds_from_its_install_config_and_grades(docker_client, 
     from swe_gym.tasks import load_tasks
 
     (task,) = load_tasks([rebench_row(starter[0])])
-    name = images.ensure_image(task, client=docker_client)
-    assert name != images.ensure_image(starter[0], client=docker_client)  # its own recipe
+    name = ensure_image(task, client=docker_client)
+    assert name != ensure_image(starter[0], client=docker_client)  # its own recipe
     with DockerSandbox(task, client=docker_client, run_id=run_id) as sb:
         dist = task.repo.split("/")[-1]  # the starter repositories' distribution names
         r = sb.run(
