@@ -59,7 +59,7 @@ MAX_TEXT = 1_000_000  # characters; bounds of the Text spaces
 
 
 def _interactive_message(command: str) -> str | None:
-    from swe_gym.sandbox.shell import interactive_command_message
+    from swe_gym.sandbox.interactive import interactive_command_message
 
     return interactive_command_message(command)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 
 class DockerExecTransport:
-    """``swe_gym.sandbox.shell.ShellTransport`` over a ``docker exec`` socket (stdin open, no TTY).
+    """``swe_gym.sandbox.transport.ShellTransport`` over a ``docker exec`` socket (stdin open, no TTY).
 
     ``read`` merges the stdout and stderr frames (8-byte header: stream id, 3 zero bytes,
     big-endian payload length). The exec'd bash is a session leader in the container's pid
@@ -118,7 +118,7 @@ class DockerExecTransport:
             return None, b""  # the container is gone or at its pids limit
 
     def kill_command(self, shell_pid: int, keep_pgids: set[int]) -> int:
-        from swe_gym.sandbox.shell import parse_proc_stat, select_victims
+        from swe_gym.sandbox.transport import parse_proc_stat, select_victims
 
         rc, out = self._exec(["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"])
         if rc is None:

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 from swe_gym.errors import SandboxError, SandboxUnavailable
-from swe_gym.sandbox.shell import ProcInfo, select_victims
+from swe_gym.sandbox.transport import ProcInfo, select_victims
 
 
 def _scan_procs() -> list[tuple[ProcInfo, int, str]]:

@@ -21,11 +21,12 @@ rest, the same way for a local bubblewrap process and for a ``docker exec`` sock
 * Output is read incrementally into a bounded buffer (head and tail kept, the cut said), so an
   endless ``yes`` never holds more than a few times ``output_limit`` bytes.
 * Every command's stdin is ``/dev/null`` and the environment disables pagers and editors, so
-  interactive programs exit instead of hanging; ``interactive_command_message`` lets the env
+  interactive programs exit instead of hanging; ``swe_gym.sandbox.interactive`` lets the env
   refuse known interactive programs with a useful message before running them.
 
-A backend writes a transport (``read``/``write``/``alive``/``kill_command``/``close``) and a
-``spawn()`` callable that starts a fresh shell; see ``swe_gym.sandbox.local.BwrapTransport``.
+A backend writes a transport (``swe_gym.sandbox.transport.ShellTransport``: ``read``/``write``/
+``alive``/``kill_command``/``close``) and a ``spawn()`` callable that starts a fresh shell; see
+``swe_gym.sandbox.local_transport.LocalTransport``.
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from swe_gym.errors import SandboxError
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, CommandResult
+from swe_gym.sandbox.transport import ShellTransport
 
 # Environment that keeps programs from waiting for a human (pagers, editors, prompts).
 NONINTERACTIVE_ENV: dict[str, str] = {
@@ -67,78 +67,6 @@ _SAVED_STDOUT_FD = 98
 _READ_SLICE = 0.25  # seconds between liveness checks while waiting for output
 _KILL_GRACE = 2.0  # seconds to wait for the sentinel after killing a timed-out command
 _START_TIMEOUT = 15.0
-
-
-@dataclass(frozen=True)
-class ProcInfo:
-    """One process as ``/proc/<pid>/stat`` shows it (all numbers in one pid namespace)."""
-
-    pid: int
-    pgid: int
-    sid: int
-
-
-class ShellTransport(Protocol):
-    """A running ``bash`` reading commands on stdin, stdout and stderr merged on one stream."""
-
-    def write(self, data: bytes) -> None:
-        """Write all of ``data`` to the shell's stdin; raise ``OSError`` if the shell is gone."""
-        ...
-
-    def read(self, timeout: float) -> bytes | None:
-        """Bytes available within ``timeout`` s: ``b""`` if none yet, ``None`` at end of stream."""
-        ...
-
-    def alive(self) -> bool:
-        """Whether the shell process is still running."""
-        ...
-
-    def kill_command(self, shell_pid: int, keep_pgids: set[int]) -> int:
-        """SIGKILL every process in the shell's session (``sid == shell_pid``) except the shell
-        and the process groups in ``keep_pgids`` (pids as the shell sees them, ``$$``); return
-        how many targets were signalled. ``select_victims`` does the selection."""
-        ...
-
-    def close(self) -> None:
-        """Kill the shell and everything it started; idempotent."""
-        ...
-
-
-def parse_proc_stat(text: str) -> list[ProcInfo]:
-    """Parse concatenated ``/proc/<pid>/stat`` lines (e.g. ``cat /proc/[0-9]*/stat`` in a
-    container). The command name may hold spaces and parentheses: fields follow the last ')'."""
-    out = []
-    for line in text.splitlines():
-        head, sep, rest = line.rpartition(")")
-        if not sep:
-            continue
-        pid_s = head.split("(", 1)[0].strip()
-        fields = rest.split()
-        # rest: state ppid pgrp session ...
-        if len(fields) < 4 or not pid_s.isdigit():
-            continue
-        out.append(ProcInfo(int(pid_s), int(fields[2]), int(fields[3])))
-    return out
-
-
-def select_victims(
-    procs: Iterable[ProcInfo], shell_pid: int, keep_pgids: set[int]
-) -> tuple[list[int], list[int]]:
-    """What to SIGKILL after a timeout: ``(process groups, single pids)``.
-
-    Every process of the shell's session except the shell, minus the kept (pre-existing
-    background) groups. Processes sharing the shell's own group (job control switched off by
-    the command) are killed one by one, since killing the group would kill the shell."""
-    groups: set[int] = set()
-    pids: list[int] = []
-    for p in procs:
-        if p.sid != shell_pid or p.pid == shell_pid or p.pgid in keep_pgids:
-            continue
-        if p.pgid == shell_pid:
-            pids.append(p.pid)
-        else:
-            groups.add(p.pgid)
-    return sorted(groups), sorted(pids)
 
 
 # Byte (as a latin-1 character) -> its spelling inside $'...': NUL dropped, ' and \\ escaped,
@@ -424,140 +352,3 @@ class ShellSession:
             truncated=truncated,
             restarted=True,
         )
-
-
-# -- interactive programs -------------------------------------------------------------------
-
-_EDIT_HINT = (
-    "use the str_replace_editor tool, or non-interactive commands (sed -i, cat <<'EOF' > file)"
-)
-_VIEW_HINT = "print the file instead: cat, head, tail, or sed -n '10,40p' FILE"
-_INTERACTIVE: dict[str, str] = {
-    **dict.fromkeys(
-        ["vim", "vi", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "joe", "mcedit", "micro"],
-        _EDIT_HINT,
-    ),
-    **dict.fromkeys(["less", "more", "most"], _VIEW_HINT),
-    **dict.fromkeys(
-        ["top", "htop", "atop", "btop", "iotop"],
-        "use a one-shot command instead: ps aux, or top -b -n 1",
-    ),
-    "man": "manual pages need a pager; use COMMAND --help instead",
-    "info": "use COMMAND --help instead",
-    "watch": "run the command once instead of watching it",
-    **dict.fromkeys(["screen", "tmux"], "run commands directly; background jobs: CMD > log 2>&1 &"),
-    **dict.fromkeys(["ssh", "telnet", "ftp", "sftp"], "there is no network access in the sandbox"),
-}
-_REPLS = {
-    "python",
-    "python2",
-    "python3",
-    "ipython",
-    "ipython3",
-    "node",
-    "irb",
-    "ghci",
-    "lua",
-    "R",
-    "julia",
-    "sqlite3",
-    "psql",
-    "mysql",
-    "bash",
-    "sh",
-    "zsh",
-    "fish",
-}
-_REPL_VERSIONED = re.compile(r"^python\d+(\.\d+)?$")
-_SEPARATORS = {
-    ";",
-    "&&",
-    "||",
-    "|",
-    "&",
-    "|&",
-    "\n",
-    "(",
-    ")",
-    "{",
-    "}",
-    "!",
-    "then",
-    "do",
-    "else",
-    "elif",
-}
-_PREFIXES = {"sudo", "exec", "command", "time", "nohup", "env", "nice", "timeout", "stdbuf"}
-
-
-def _simple_commands(cmd: str) -> list[list[str]]:
-    """Split a command line into simple commands' words (a best-effort, quote-aware split)."""
-    lex = shlex.shlex(cmd.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
-    lex.whitespace_split = True
-    lex.commenters = "#"
-    try:
-        tokens = list(lex)
-    except ValueError:  # unbalanced quotes: let bash report it
-        return []
-    out: list[list[str]] = [[]]
-    for tok in tokens:
-        if tok in _SEPARATORS or set(tok) <= set(";&|()"):
-            out.append([])
-        else:
-            out[-1].append(tok)
-    return [c for c in out if c]
-
-
-# Commands longer than this are not checked (shlex is slow per character and quadratic in a
-# token's length); they run, and an interactive program among them ends at the timeout.
-MAX_CHECKED_COMMAND = 20_000
-_NAMES = re.compile(
-    r"(?<![\w.-])(?:"
-    + "|".join(map(re.escape, sorted({*_INTERACTIVE, *_REPLS, "tail"}, key=len, reverse=True)))
-    + r"|python[\d.]+)(?![\w.-])"
-)
-
-
-def interactive_command_message(cmd: str) -> str | None:
-    """A helpful message if ``cmd`` starts a known interactive program, else ``None``.
-
-    The env returns it as the observation instead of running the command (which would only
-    end at the timeout or print garbage, since there is no terminal). Linear in ``len(cmd)``:
-    a command that names no such program as a word, or longer than ``MAX_CHECKED_COMMAND``,
-    is not tokenised at all."""
-    if len(cmd) > MAX_CHECKED_COMMAND or not _NAMES.search(cmd):
-        return None
-    for words in _simple_commands(cmd):
-        i = 0
-        # Skip VAR=value assignments and wrappers (sudo, env, timeout 10, ...).
-        while i < len(words):
-            w = words[i]
-            if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):
-                i += 1
-            elif w in _PREFIXES:
-                i += 1
-                while i < len(words) and (words[i].startswith("-") or words[i][:1].isdigit()):
-                    i += 1
-            else:
-                break
-        if i >= len(words):
-            continue
-        prog = words[i].rsplit("/", 1)[-1]
-        args = words[i + 1 :]
-        if prog in _INTERACTIVE:
-            return (
-                f"`{prog}` is interactive and cannot run here (there is no terminal and stdin "
-                f"is empty); {_INTERACTIVE[prog]}."
-            )
-        if prog == "tail" and any(
-            a in ("-f", "-F", "--follow") or a.startswith("--follow=") for a in args
-        ):
-            return "`tail -f` never ends; use `tail -n 50 FILE` to see the end of a file."
-        if prog in _REPLS or _REPL_VERSIONED.match(prog):
-            if not args or args == ["-i"]:
-                return (
-                    f"`{' '.join(words[i:])}` starts an interactive session, which cannot run "
-                    f"here (stdin is empty); run a script file or pass code with -c / -e, e.g. "
-                    f"{prog} -c '...' or {prog} script."
-                )
-    return None

@@ -4,7 +4,8 @@ import subprocess
 
 import pytest
 
-from swe_gym.sandbox.shell import ansi_c_quote, interactive_command_message
+from swe_gym.sandbox.interactive import interactive_command_message
+from swe_gym.sandbox.shell import ansi_c_quote
 from swe_gym.tools.parsing import (
     InvalidAction,
     ToolCall,

@@ -12,14 +12,10 @@ import pytest
 from swe_gym.errors import SandboxError, SandboxUnavailable
 from swe_gym.repos import REPOS_ENV, local_repo
 from swe_gym.sandbox import local as local_mod
+from swe_gym.sandbox.interactive import interactive_command_message
 from swe_gym.sandbox.local import LocalSandbox
-from swe_gym.sandbox.shell import (
-    ProcInfo,
-    ansi_c_quote,
-    interactive_command_message,
-    parse_proc_stat,
-    select_victims,
-)
+from swe_gym.sandbox.shell import ansi_c_quote
+from swe_gym.sandbox.transport import ProcInfo, parse_proc_stat, select_victims
 
 
 def _alive(pids: list[int]) -> list[int]:
