@@ -3,7 +3,7 @@
 Runs ``--runs K`` episodes per task (``agents.rollout``), prints a per-task table, pass@1 as the
 mean over runs with its standard error (the Nebius work reports Pass@1 as the mean over 10 runs,
 docs/methods.md#validation), and pass@k with the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
-averaged over tasks.
+averaged over tasks (``agents.eval_metrics``).
 Writes ``trajectories.jsonl``, SWE-bench ``predictions.jsonl`` (run 0; ``predictions_run<j>.jsonl``
 for the others) and ``summary.json`` to ``--out``.
 
@@ -11,15 +11,13 @@ Budget: a model that runs on this machine (``smollm2``, ``hf:``, ``vllm:``) defa
 ``LOCAL_MAX_TURNS`` turns of at most ``LOCAL_MAX_NEW_TOKENS`` tokens, so the README's command
 ends in minutes on a laptop CPU (raise them with ``--max-turns``/``--max-new-tokens``); other
 models keep the env's turn limit and 1,024 tokens. Before the episodes start one turn is timed
-and the worst case printed; the progress bar counts turns.
+and the worst case printed (``agents.eval_budget``); the progress bar counts turns.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import threading
 import time
@@ -27,20 +25,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.eval_budget import (
+    API_MAX_NEW_TOKENS,
+    LOCAL_MAX_NEW_TOKENS,
+    LOCAL_MAX_TURNS,
+    is_local_model,
+    print_budget,
+    time_one_turn,
+)
+
+# Re-exported: algos' validation imports format_valid_rate from here.
+from agents.eval_metrics import format_table, format_valid_rate, summarise  # noqa: F401
 from agents.models import SPEC_FORMS, load_model
 from agents.protocols import Conversation, Generation, SamplingParams
 from agents.rollout import rollout
 from agents.trajectory import FAILURES, Trajectory, write_predictions
 
-LOCAL_MAX_TURNS = 4
-LOCAL_MAX_NEW_TOKENS = 128
-API_MAX_NEW_TOKENS = 1024
 TASK_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-def is_local_model(spec: str) -> bool:
-    """Whether ``spec`` samples on this machine (slow on a CPU: gets the small budget)."""
-    return spec == "smollm2" or spec.startswith(("hf:", "vllm:"))
 
 
 class TurnCounter:
@@ -65,97 +66,6 @@ class TurnCounter:
             if self._on_turn is not None:
                 self._on_turn(self)
         return gen
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples with ``c`` correct: ``1 - C(n-c, k) / C(n, k)``."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def _ks(runs: int) -> list[int]:
-    ks = {k for k in (1, 2, 4, 8, 16, 32, 64) if k <= runs} | {runs}
-    return sorted(ks)
-
-
-def format_valid_rate(trajectories: Sequence[Trajectory]) -> float | None:
-    """The share of replies the env could parse as one action (the format a policy must learn);
-    None when there was no turn."""
-    turns = [t for traj in trajectories for t in traj.turns]
-    return sum(not t.invalid_action for t in turns) / len(turns) if turns else None
-
-
-def summarise(trajectories: Sequence[Trajectory], task_ids: Sequence[str], runs: int) -> dict:
-    """Per-task counts, pass@1 mean +- standard error over runs, pass@k.
-
-    ``trajectories`` are task-major: ``runs`` consecutive episodes per task, as ``rollout``
-    returns them.
-    """
-    if len(trajectories) != len(task_ids) * runs:
-        raise ValueError(
-            f"expected {len(task_ids)} tasks x {runs} runs = {len(task_ids) * runs} "
-            f"trajectories, got {len(trajectories)}"
-        )
-    per_task: dict[str, dict[str, Any]] = {}
-    by_run = [[0.0] * len(task_ids) for _ in range(runs)]
-    for i, tid in enumerate(task_ids):
-        group = trajectories[i * runs : (i + 1) * runs]
-        solved = [bool(t.resolved) for t in group]
-        for j, ok in enumerate(solved):
-            by_run[j][i] = float(ok)
-        reasons: dict[str, int] = {}
-        for t in group:
-            reasons[t.finish_reason] = reasons.get(t.finish_reason, 0) + 1
-        per_task[tid] = {
-            "n": runs,
-            "resolved": sum(solved),
-            "mean_turns": statistics.fmean(t.num_turns for t in group),
-            "finish_reasons": reasons,
-        }
-    rates = [statistics.fmean(r) for r in by_run] if task_ids else [0.0] * runs
-    stderr = statistics.stdev(rates) / math.sqrt(runs) if runs > 1 else 0.0
-    pass_k = {
-        k: statistics.fmean(pass_at_k(runs, p["resolved"], k) for p in per_task.values())
-        if per_task
-        else 0.0
-        for k in _ks(runs)
-    }
-    turns = [t for traj in trajectories for t in traj.turns]
-    exact = [traj for traj in trajectories if traj.token_exact]
-    return {
-        "num_tasks": len(task_ids),
-        "runs": runs,
-        "format_valid_rate": format_valid_rate(trajectories),
-        "turns": len(turns),
-        "tokens_per_trajectory": (statistics.fmean(t.num_tokens for t in exact) if exact else None),
-        "pass@1": statistics.fmean(rates),
-        "pass@1_stderr": stderr,
-        "pass@1_per_run": rates,
-        "pass@k": {str(k): v for k, v in pass_k.items()},
-        "per_task": per_task,
-    }
-
-
-def format_table(summary: dict) -> str:
-    rows = [("task", "resolved", "turns", "finish reasons")]
-    for tid, p in summary["per_task"].items():
-        reasons = ", ".join(f"{k}:{v}" for k, v in sorted(p["finish_reasons"].items()))
-        rows.append((tid, f"{p['resolved']}/{p['n']}", f"{p['mean_turns']:.1f}", reasons))
-    widths = [max(len(r[c]) for r in rows) for c in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
-    lines.append(
-        f"pass@1 = {100 * summary['pass@1']:.1f}% +- {100 * summary['pass@1_stderr']:.1f} "
-        f"(mean +- s.e. over {summary['runs']} run(s), {summary['num_tasks']} task(s))"
-    )
-    if summary["runs"] > 1:
-        ks = summary["pass@k"].items()
-        lines.append("  ".join(f"pass@{k} = {100 * v:.1f}%" for k, v in ks))
-    return "\n".join(lines)
 
 
 def _env_task_ids(
@@ -193,66 +103,6 @@ def split_tasks_arg(values: Sequence[str] | None) -> tuple[str | None, list[str]
             f"{'/'.join(TASK_FILE_SUFFIXES)} file or task ids)"
         )
     return (files[0] if files else None), ids
-
-
-def time_one_turn(
-    model: Any, env_id: str, env_kwargs: dict[str, Any], task_id: str, max_new_tokens: int
-) -> float | None:
-    """Seconds one turn of ``max_new_tokens`` takes on the first task's prompt (a turn of 32
-    tokens after a warm-up one, scaled); None when the model has no tokenizer (an API, a
-    script)."""
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is None:
-        return None
-    import gymnasium
-
-    from agents.chat import ChatTemplate
-
-    env = gymnasium.make(env_id, **env_kwargs)
-    try:
-        obs, info = env.reset(seed=0, options={"task_id": task_id})
-    finally:
-        env.close()
-    messages = (
-        [{"role": "system", "content": info["system_prompt"]}] if info.get("system_prompt") else []
-    ) + [{"role": "user", "content": obs}]
-    conv = Conversation(
-        messages=messages,
-        token_ids=ChatTemplate(tokenizer).initial_ids(messages),
-        metadata={"task_id": task_id, "turn": 0},
-    )
-    n = min(32, max_new_tokens)
-    model.generate(conv, SamplingParams(max_new_tokens=1, seed=0))  # warm-up (vLLM compiles)
-    t0 = time.perf_counter()
-    model.generate(conv, SamplingParams(max_new_tokens=n, seed=0))
-    return (time.perf_counter() - t0) * max_new_tokens / n
-
-
-def print_budget(
-    episodes: int,
-    turns: int | None,
-    max_new_tokens: int,
-    concurrency: int,
-    turn_s: float | None,
-    file: Any = None,
-) -> None:
-    """The run's caps and, when a turn was timed, its worst case: every episode uses every turn
-    and every token, ``concurrency`` episodes sharing the model as if batching were free (so it
-    can take longer; episodes that submit early make it shorter)."""
-    file = file or sys.stderr
-    turns_text = f"<= {turns} turns" if turns else "the env's turn limit"
-    print(
-        f"budget: {episodes} episodes x {turns_text} x <= {max_new_tokens} new tokens per turn "
-        "(--runs, --max-turns, --max-new-tokens)",
-        file=file,
-    )
-    if turn_s is not None and turns:
-        worst = math.ceil(episodes / concurrency) * turns * turn_s
-        print(
-            f"one turn of {max_new_tokens} tokens takes ~{turn_s:.1f} s here; expected at most "
-            f"~{worst / 60:.1f} min ({concurrency} episodes at once)",
-            file=file,
-        )
 
 
 def evaluate(

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from agents.evaluate import main, pass_at_k, summarise
+from agents.eval_metrics import pass_at_k, summarise
+from agents.evaluate import main
 from agents.models import SPEC_FORMS, ScriptedModel, load_model
 from agents.trajectory import Trajectory, load_jsonl
 
@@ -144,7 +145,12 @@ def test_tasks_argument_splits_a_file_from_ids(tmp_path):
 
 
 def test_local_models_get_the_small_budget_and_it_is_printed(capsys):
-    from agents.evaluate import LOCAL_MAX_NEW_TOKENS, LOCAL_MAX_TURNS, is_local_model, print_budget
+    from agents.eval_budget import (
+        LOCAL_MAX_NEW_TOKENS,
+        LOCAL_MAX_TURNS,
+        is_local_model,
+        print_budget,
+    )
 
     assert all(is_local_model(s) for s in ("smollm2", "hf:/m", "vllm:smollm2"))
     assert not any(is_local_model(s) for s in ("oracle", "openai:http://h/v1#m", "scripted:f"))
