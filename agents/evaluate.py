@@ -33,9 +33,7 @@ from agents.eval_budget import (
     print_budget,
     time_one_turn,
 )
-
-# Re-exported: algos' validation imports format_valid_rate from here.
-from agents.eval_metrics import format_table, format_valid_rate, summarise  # noqa: F401
+from agents.eval_metrics import format_table, summarise
 from agents.models import SPEC_FORMS, load_model
 from agents.protocols import Conversation, Generation, SamplingParams
 from agents.rollout import rollout

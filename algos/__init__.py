@@ -1,1 +1,1 @@
-"""RL algorithms (RFT, GRPO, DAPO) sharing one core and one learner."""
+"""RL algorithms (RFT, GRPO, DAPO) sharing one set of objectives and one learner."""

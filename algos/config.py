@@ -339,7 +339,7 @@ class RunConfig:
     """Your own agent program, as module:factory (e.g. examples.openai_agent:make_agent): each
     episode runs it against the env through an OpenAI-compatible gateway in front of the sampler
     (the policy's engine, or rollout_model), which records the token-exact trajectory the learner
-    trains on (algos.agent_rollouts). None: the built-in ReAct agent."""
+    trains on (algos.rollout.agent_programs). None: the built-in ReAct agent."""
     concurrency: int = 4
     """Episodes run at once."""
     max_turns: int = 40
@@ -445,7 +445,7 @@ class RunConfig:
                     f"agent={self.agent!r} runs with rollout_backend=threads only; got "
                     f"rollout_backend={self.rollout_backend!r}"
                 )
-            from algos.agent_rollouts import load_agent_factory
+            from algos.rollout.agent_programs import load_agent_factory
 
             load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
         for name in ("ray_workers", "max_sandbox_starts_per_node"):
@@ -496,10 +496,10 @@ class RLConfig(RunConfig):
     groups at random, so a task's episodes stay together) or random (episodes at random)."""
     tree_packing: bool = True
     """Shared-prefix packing in the learner: a group's common prompt (found from the token
-    ids) computed once, each episode's continuation attending to it (algos.tree); same loss and
+    ids) computed once, each episode's continuation attending to it (algos.learner.tree); same loss and
     gradients as plain packing. The metrics row shows tokens_computed against tokens_plain."""
     val_runs: int = 0
-    """Validation (algos.validation): episodes per task on val_tasks, before training, after the
+    """Validation (algos.loop.validation): episodes per task on val_tasks, before training, after the
     last iteration and every val_every iterations, with the same episode seeds each time; pass@1
     and its gain over the first validation, with standard errors over tasks, go to
     RUN_DIR/validation.jsonl, the metrics and the table. 0: no validation."""
@@ -515,7 +515,7 @@ class RLConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from algos.core import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
+        from algos.objectives import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
 
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
             raise unknown_choice(

@@ -7,7 +7,7 @@ task at temperature 1.0 (no top-k/top-p), rewards = resolved (0/1) + the turn-ba
 penalty, group-normalised advantages, drops zero-advantage samples and refills with more
 problems (bounded), then takes several optimiser steps (the batch split into mini-batches of
 ``batch_size`` trajectories) with the asymmetric clip and token-level averaging over policy
-tokens only. The loop is :class:`algos.trainer.Trainer`.
+tokens only. The loop is :class:`algos.loop.trainer.Trainer`.
 
 How this departs from the papers:
 
@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algos.config import ConfigError, parse_config, warn
-from algos.cpu_bf16 import slow_bf16_warning
-from algos.learner import LearnerConfig
+from algos.learner.cpu_bf16 import slow_bf16_warning
+from algos.learner.learner import LearnerConfig
+from algos.loop.trainer import run_cli
 from algos.rl_common import PolicyGradientConfig, learner_config_from
-from algos.trainer import run_cli
 
 
 @dataclass
@@ -59,7 +59,7 @@ class DAPOConfig(PolicyGradientConfig):
     warm_start: str | None = None
     """A warm-start recipe (algos/presets/warm_start_NAME.yaml, or a YAML path): the first run
     builds its synthetic tasks, the oracle's runs and an RFT model (cached), later runs reuse
-    them; the run trains that model on those tasks (algos/warm_start.py)."""
+    them; the run trains that model on those tasks (algos/loop/warm_start.py)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"config error: {e}") from None
     if cfg.warm_start:
-        from algos.warm_start import apply
+        from algos.loop.warm_start import apply
 
         try:
             cfg = apply(cfg)

@@ -3,7 +3,7 @@ reference policy.
 
 ``python -m algos.grpo --env SWERL-v0`` (single-turn patch generation with the similarity
 reward) or on a multi-turn env (``--env SWEStarter-v0``, the default). The loop is
-:class:`algos.trainer.Trainer`, the same as DAPO's; the named choices differ: symmetric clip
+:class:`algos.loop.trainer.Trainer`, the same as DAPO's; the named choices differ: symmetric clip
 ``clip_eps``, ``kl_coef > 0`` with the k3 estimator against a frozen copy of the initial policy,
 no filter, no length penalty, sequence-mean aggregation (the GRPO paper's form).
 
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algos.config import ConfigError, parse_config
-from algos.learner import LearnerConfig
+from algos.learner.learner import LearnerConfig
+from algos.loop.trainer import run_cli
 from algos.rl_common import PolicyGradientConfig, learner_config_from
-from algos.trainer import run_cli
 
 
 @dataclass

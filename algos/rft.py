@@ -15,7 +15,7 @@ The method: docs/methods.md#rft.
    (``Trajectory.to_sample_arrays(mask_invalid=True)``); ``batch_size`` trajectories per step,
    token-mean NLL over the batch, AdamW (wd 0.1), 10 warm-up steps, cosine to 0, 1 epoch;
 4. with ``probe_contexts``, after each epoch (and before the first) the share of sampled replies
-   that parse as one action on turn contexts of the kept trajectories (``algos.format_probe``),
+   that parse as one action on turn contexts of the kept trajectories (``algos.loop.format_probe``),
    logged as ``format_valid``; with ``format_patience``, ``epochs`` is a maximum and the run
    stops once that share has not risen for that many epochs (a small model learning the format
    needs more than a fixed handful of steps, and no more once it has it).
@@ -45,13 +45,11 @@ from algos.config import (
     save_config,
     to_dict,
 )
-from algos.data import Sample
-from algos.format_probe import PROBES, format_valid_rate, greedy_match_rate, turn_contexts
-from algos.learner import LearnerConfig
-from algos.policy import Policy, build_policy, load_policy_model
-from algos.report import save_iteration_episodes
-from algos.rollouts import RolloutSpec, env_task_ids, run_rollouts
-from algos.run_io import (
+from algos.engine import Policy, build_policy, load_policy_model
+from algos.learner.learner import LearnerConfig
+from algos.learner.samples import Sample
+from algos.loop.format_probe import PROBES, format_valid_rate, greedy_match_rate, turn_contexts
+from algos.loop.run_io import (
     CHECKPOINT_DIR,
     METRICS_FILE,
     InterruptGuard,
@@ -61,7 +59,10 @@ from algos.run_io import (
     save_interrupted,
     seed_everything,
 )
-from algos.scoring import (
+from algos.loop.trainer import LearnerFactory, default_learner_factory
+from algos.report import save_iteration_episodes
+from algos.rollout.collect import RolloutSpec, env_task_ids, run_rollouts
+from algos.rollout.scoring import (
     Counters,
     EpisodesFailed,
     check_episode_errors,
@@ -69,7 +70,6 @@ from algos.scoring import (
     count_rollout_error,
     episode_samples,
 )
-from algos.trainer import LearnerFactory, default_learner_factory
 from swe_gym.errors import unknown_choice
 
 DATA_FILE = "rft_data.jsonl"
@@ -117,7 +117,7 @@ class RFTConfig(RunConfig):
     """Turn contexts of the kept trajectories the format probe samples a reply for, before the
     first epoch and after each (format_valid in the metrics); 0: no probe."""
     probe: str = "greedy"
-    """Format probe (algos/format_probe.py): greedy (one forward pass: the share of valid turns
+    """Format probe (algos/loop/format_probe.py): greedy (one forward pass: the share of valid turns
     greedy decoding reproduces, a lower bound) or sample (sampled replies parsed as the env
     would: the format-valid rate itself, minutes per probe on a CPU)."""
     format_patience: int = 0
@@ -128,7 +128,7 @@ class RFTConfig(RunConfig):
     random) or random (episodes at random)."""
     tree_packing: bool = True
     """Shared-prefix packing in the learner: a task's runs in one batch share its prompt (found
-    from the token ids), computed once, each run's continuation attending to it (algos.tree);
+    from the token ids), computed once, each run's continuation attending to it (algos.learner.tree);
     same loss and gradients as plain packing. The metrics rows show tokens_computed against
     tokens_plain."""
 

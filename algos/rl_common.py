@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from algos import core
+from algos import objectives
 from algos.config import ConfigError, RLConfig
-from algos.learner import LearnerConfig
-from algos.scoring import FILTERS
+from algos.learner.learner import LearnerConfig
 from swe_gym.errors import unknown_choice
 
 ON_EXHAUSTED = ("error", "skip")
@@ -69,7 +68,7 @@ class PolicyGradientConfig(RLConfig):
     """Log-probs of the importance ratio's denominator: sampler (the engine's), recompute (the
     learner's before the first step), auto (sampler when the engine shares the policy module)."""
     loss: str = "grpo"
-    """Policy loss name in algos.core's registry."""
+    """Policy loss name in algos.objectives's registry."""
     agg_mode: str = "seq-mean-token-mean"
     """Loss aggregation: token-mean (sum over policy tokens / tokens in the whole batch, DAPO),
     seq-mean-token-mean (mean over each sequence's tokens, then over sequences: the GRPO paper)
@@ -98,11 +97,15 @@ class PolicyGradientConfig(RLConfig):
         super().__post_init__()
         validate_rl_config(self)
 
+    def learner_config(self) -> LearnerConfig:
+        """The learner this algorithm trains with (each algorithm says its loss and kwargs)."""
+        raise NotImplementedError(f"{type(self).__name__} must define learner_config()")
+
 
 def validate_rl_config(cfg: PolicyGradientConfig) -> None:
     """Checks GRPO and DAPO share (called from their ``__post_init__``, before any work)."""
-    if cfg.filter not in FILTERS:
-        raise unknown_choice("filter", cfg.filter, FILTERS)
+    if cfg.filter not in objectives.FILTERS:
+        raise unknown_choice("filter", cfg.filter, objectives.FILTERS)
     if cfg.on_exhausted not in ON_EXHAUSTED:
         raise unknown_choice("on_exhausted", cfg.on_exhausted, ON_EXHAUSTED)
     if cfg.old_logprobs not in OLD_LOGPROBS:
@@ -135,14 +138,14 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
             f"overlong_buffer must be in [0, max_context_tokens={cfg.max_context_tokens}] (0: no "
             f"overlong penalty); got {cfg.overlong_buffer}"
         )
-    core.get_policy_loss_fn(cfg.loss)
-    if cfg.agg_mode not in core.AGG_MODES:
-        raise unknown_choice("agg_mode", cfg.agg_mode, core.AGG_MODES)
-    if cfg.kl_estimator not in core.KL_ESTIMATORS:
-        raise unknown_choice("kl_estimator", cfg.kl_estimator, core.KL_ESTIMATORS)
+    objectives.get_policy_loss_fn(cfg.loss)
+    if cfg.agg_mode not in objectives.AGG_MODES:
+        raise unknown_choice("agg_mode", cfg.agg_mode, objectives.AGG_MODES)
+    if cfg.kl_estimator not in objectives.KL_ESTIMATORS:
+        raise unknown_choice("kl_estimator", cfg.kl_estimator, objectives.KL_ESTIMATORS)
 
 
-def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
+def learner_config_from(cfg: PolicyGradientConfig, loss_kwargs: dict[str, Any]) -> LearnerConfig:
     """The LearnerConfig an RL config implies (constant lr after warm-up,
     docs/methods.md#modified-dapo)."""
     return LearnerConfig(
@@ -168,7 +171,7 @@ def learner_config_from(cfg: Any, loss_kwargs: dict[str, Any]) -> LearnerConfig:
     )
 
 
-def resolve_old_logprobs(cfg: Any, on_policy: bool, shares_weights: bool) -> str:
+def resolve_old_logprobs(cfg: PolicyGradientConfig, on_policy: bool, shares_weights: bool) -> str:
     """``old_logprobs`` made concrete: ``auto`` takes the sampler's log-probs only when the
     sampler is the training module itself and no off-policy correction is asked for (a
     correction needs the learner's log-probs next to the sampler's), else ``recompute``."""

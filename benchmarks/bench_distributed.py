@@ -69,7 +69,7 @@ def worker(args) -> None:
         shard_model,
         teardown_distributed,
     )
-    from algos.logprobs import token_logprobs
+    from algos.learner.logprobs import token_logprobs
 
     torch.set_num_threads(
         max(1, (os.cpu_count() or 2) // max(1, int(os.environ.get("WORLD_SIZE", "1"))))

@@ -216,8 +216,8 @@ def mini_swe_agent_turns_trained(
     from types import SimpleNamespace
 
     from agents.models import load_model
-    from algos.agent_rollouts import run_agent_rollouts
-    from algos.scoring import Counters, segments, to_sample
+    from algos.rollout.agent_programs import run_agent_rollouts
+    from algos.rollout.scoring import Counters, segments, to_sample
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ importable
 

@@ -3,7 +3,7 @@
 Both train the same randomly initialised model (built from the shape's numbers: nothing is
 downloaded) on one sequence of T random tokens per optimiser step:
 
-- ours: ``algos.learner.Learner`` (bf16, activation checkpointing, loss dapo, packed rows);
+- ours: ``algos.learner.learner.Learner`` (bf16, activation checkpointing, loss dapo, packed rows);
 - plain: ``model(input_ids, labels=input_ids).loss`` under bf16 autocast, activation
   checkpointing, ``torch.optim.AdamW`` with its defaults.
 
@@ -99,8 +99,8 @@ def run_row(method: str, shape: str, length: int, device: str, steps: int, profi
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (length,), generator=gen)
     if method == "ours":
-        from algos.data import Sample
-        from algos.learner import Learner, LearnerConfig
+        from algos.learner.learner import Learner, LearnerConfig
+        from algos.learner.samples import Sample
 
         learner = Learner(
             model,

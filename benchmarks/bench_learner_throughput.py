@@ -35,12 +35,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def batch_from(path: str | None, n: int, tokenizer) -> list:
-    from algos.data import Sample
+    from algos.learner.samples import Sample
 
     if path:
         from agents.trajectory import Trajectory
         from algos.rft import RFTConfig, build_samples
-        from algos.scoring import Counters
+        from algos.rollout.scoring import Counters
 
         trajs = [t for t in Trajectory.load_jsonl(path) if t.resolved][:n]
         return build_samples(RFTConfig(policy="smollm2"), trajs, Counters())
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agents.models.smollm2 import smollm2_path
-    from algos.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner, LearnerConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from algos import dapo, grpo
+from algos.loop.run_io import read_metrics
 from algos.plot import plot_runs
-from algos.run_io import read_metrics
 
 RESULTS = Path(__file__).parent / "results"
 COMMON = ["--config", str(Path(__file__).resolve().parents[1] / "algos/presets/toy_keyword.yaml")]

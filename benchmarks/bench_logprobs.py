@@ -34,7 +34,7 @@ def _maxrss_mib() -> float:
 def child(method: str, t: int, hidden: int, vocab: int, reps: int, chunk: int | None) -> dict:
     import torch
 
-    from algos.logprobs import default_chunk_size, naive_token_logprobs, token_logprobs
+    from algos.learner.logprobs import default_chunk_size, naive_token_logprobs, token_logprobs
 
     torch.manual_seed(0)
     h = torch.randn(t, hidden, requires_grad=True)

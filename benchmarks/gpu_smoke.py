@@ -66,7 +66,7 @@ def part_dapo(args) -> dict:
     from bench_learning import COMMON
 
     from algos import dapo
-    from algos.run_io import read_metrics
+    from algos.loop.run_io import read_metrics
 
     iterations = 2 if args.dry else 16
     run = Path(tempfile.mkdtemp(prefix="gpu-smoke-dapo-")) / "run"
@@ -133,7 +133,7 @@ def part_push(args) -> dict:
     from agents.models.smollm2 import tiny_random_model
     from agents.protocols import Conversation, SamplingParams
     from algos.distributed.fsdp import training_device
-    from algos.policy import Policy, load_policy_model
+    from algos.engine import Policy, load_policy_model
 
     root = Path(tempfile.mkdtemp(prefix="gpu-smoke-push-"))
     hidden, layers = (64, 2) if args.dry else (1536, 28)

@@ -1,7 +1,7 @@
 """Mutation testing (mutmut) of the modules the RL results rest on; run by hand, not in CI.
 
     python benchmarks/mutation.py                      # every module below, time-boxed
-    python benchmarks/mutation.py core --minutes 20    # one module
+    python benchmarks/mutation.py policy_losses --minutes 20    # one module
     python benchmarks/mutation.py trainer --only '*_collect*' '*apply_filter*'
 
 Each module is mutated in a throw-away copy of the working tree (``$TMPDIR/swe-gym-mutation/
@@ -38,14 +38,21 @@ PACKAGES = ("swe_gym", "envs", "agents", "algos")
 
 # module -> (file, the tests that exercise it: fast ones first)
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "core": ("algos/core.py", ["tests/algos/test_core.py", "tests/algos/test_objectives.py"]),
+    "policy_losses": (
+        "algos/objectives/policy_losses.py",
+        ["tests/algos/objectives/test_core.py", "tests/algos/objectives/test_objectives.py"],
+    ),
+    "advantages": (
+        "algos/objectives/advantages.py",
+        ["tests/algos/objectives/test_core.py", "tests/algos/objectives/test_objectives.py"],
+    ),
     # learner: its own tests and the off-policy-correction tests that run a Learner; the
     # killed-process resume test (a subprocess per run, minutes) is left out
     "learner": (
-        "algos/learner.py",
+        "algos/learner/learner.py",
         [
-            "tests/algos/test_learner.py",
-            "tests/algos/test_objectives.py",
+            "tests/algos/learner/test_learner.py",
+            "tests/algos/objectives/test_objectives.py",
             "-m",
             "not slow",
             "-k",
@@ -53,22 +60,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "trainer": (
-        "algos/trainer.py",
+        "algos/loop/trainer.py",
         [
-            "tests/algos/test_trainer_guards.py",
-            "tests/algos/test_trainer_faults.py",
+            "tests/algos/loop/test_trainer_guards.py",
+            "tests/algos/loop/test_trainer_faults.py",
             "-k",
             "not ctrl_c",
         ],
     ),
     # scoring (split out of the trainer): rewards, failure masking, advantages, filters
     "scoring": (
-        "algos/scoring.py",
+        "algos/rollout/scoring.py",
         [
-            "tests/algos/test_scoring.py",
-            "tests/algos/test_objectives.py",
-            "tests/algos/test_loud_failure.py",
-            "tests/algos/test_trainer_guards.py",
+            "tests/algos/rollout/test_scoring.py",
+            "tests/algos/objectives/test_objectives.py",
+            "tests/algos/loop/test_loud_failure.py",
+            "tests/algos/loop/test_trainer_guards.py",
             "-k",
             "not ctrl_c",
         ],
@@ -76,12 +83,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # rollouts (split out of the trainer): task sampling, one iteration's rounds with the
     # dynamic-sampling refill, the solve count; the trainer tests that drive collect()
     "rollouts": (
-        "algos/rollouts.py",
+        "algos/rollout/collect.py",
         [
-            "tests/algos/test_rollouts.py",
-            "tests/algos/test_trainer_guards.py",
-            "tests/algos/test_trainer_faults.py",
-            "tests/algos/test_loud_failure.py",
+            "tests/algos/rollout/test_collect.py",
+            "tests/algos/loop/test_trainer_guards.py",
+            "tests/algos/loop/test_trainer_faults.py",
+            "tests/algos/loop/test_loud_failure.py",
             "-k",
             "not ctrl_c",
         ],

@@ -80,7 +80,7 @@ def make_swe_env(
     return PromptStyle(env, prompt, max_observation_chars)
 
 
-# SWEEnv's keywords plus ours, so callers that inspect what the env takes (algos.rollouts.
+# SWEEnv's keywords plus ours, so callers that inspect what the env takes (algos.rollout.collect.
 # env_accepts) see the real names rather than a catch-all **kwargs.
 _params = list(inspect.signature(SWEEnv.__init__).parameters.values())[1:]
 make_swe_env.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ def _top_level() -> set[str]:
 
 
 def repository_paths(text: str) -> list[str]:
-    """Backticked tokens that name a path from the repository root (`algos/core.py`,
+    """Backticked tokens that name a path from the repository root (`algos/objectives/`,
     `swe_gym/sandbox/`, `README.md`): the first component is a top-level entry."""
     top = _top_level()
     out = []

@@ -9,7 +9,7 @@ becomes trainable.
     trajectory = gateway.pop_session("ep-1")
 
 Requests may carry ``tools`` (rendered by the model's chat template, calls parsed back; see
-``agents.gateway.tools``) and ``stream: true`` (server-sent events). ``algos.agent_rollouts``
+``agents.gateway.tools``) and ``stream: true`` (server-sent events). ``algos.rollout.agent_programs``
 trains agent programs through it (``--agent module:factory``).
 """
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from algos.attention import set_attention
+from algos.learner.attention import set_attention
 
 ATTN_NAME = "ring_cp"
 PAD_SEQ_ID = -1  # sequence id of padding added to make the length divisible by 2*CP

@@ -1,6 +1,6 @@
-"""``DistributedLearner``: :class:`algos.learner.Learner` under torchrun (FSDP2, DP x CP).
+"""``DistributedLearner``: :class:`algos.learner.learner.Learner` under torchrun (FSDP2, DP x CP).
 
-A subclass, so ``algos/learner.py`` stays the one learner. Every rank calls ``train_step`` with
+A subclass, so ``algos/learner/learner.py`` stays the one learner. Every rank calls ``train_step`` with
 the SAME full list of samples (the rollout driver's batch); then
 
 - the base class computes the global loss-token count from that full list (exactly the
@@ -27,7 +27,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from algos.data import MicroBatch, Sample
 from algos.distributed import context_parallel as cp_mod
 from algos.distributed.fsdp import (
     DistContext,
@@ -37,8 +36,9 @@ from algos.distributed.fsdp import (
     setup_distributed,
     shard_model,
 )
-from algos.learner import Learner, LearnerConfig
-from algos.logprobs import hidden_states, lm_head, token_logprobs
+from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.logprobs import hidden_states, lm_head, token_logprobs
+from algos.learner.samples import MicroBatch, Sample
 
 _EXTRA = "learner_extra.pt"
 

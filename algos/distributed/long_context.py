@@ -132,7 +132,7 @@ def check_context_fits(
     - attention: one ring block's fp32 scores and probabilities, ``2 x heads x T x T`` (this
       package's pure-PyTorch ring materialises them); ``fused_attention=True`` counts 0, as a
       FlashAttention-style kernel per ring step would (not shipped here);
-    - log-probs: chunked head, ``logprob_chunk_tokens x vocab`` fp32 (algos.logprobs);
+    - log-probs: chunked head, ``logprob_chunk_tokens x vocab`` fp32 (algos.learner.logprobs);
     - weights + grads + AdamW: ``P * (2*dtype + 8 fp32 moments + 4 fp32 master)`` / world
       (FSDP shards them over every rank).
 

@@ -13,34 +13,10 @@ import pytest
 from agents.models import ScriptedModel
 from algos import dapo
 from algos.dapo import DAPOConfig
-from algos.trainer import Policy, Trainer, load_policy_model, read_metrics
+from algos.loop.trainer import Policy, Trainer, load_policy_model, read_metrics
+from tests.algos.toy_run import toy_argv
 
-TOY = [
-    "--env",
-    "ToyKeyword-v0",
-    "--env-kwargs",
-    '{"target": "e"}',
-    "--policy",
-    "tiny-random",
-    "--max-new-tokens",
-    "3",
-    "--max-turns",
-    "1",
-    "--max-context-tokens",
-    "128",
-    "--group-size",
-    "4",
-    "--problems-per-iteration",
-    "2",
-    "--batch-size",
-    "2",
-    "--length-penalty",
-    "false",
-    "--lr",
-    "1e-3",
-    "--progress",
-    "false",
-]
+TOY = toy_argv()
 
 
 def test_dapo_cli_two_iterations(tmp_path: Path, capsys):

@@ -16,8 +16,8 @@ pytest.importorskip("uvicorn")
 
 from agents.models import OracleModel, ScriptedModel  # noqa: E402
 from agents.protocols import SamplingParams  # noqa: E402
-from algos.agent_rollouts import run_agent_rollouts  # noqa: E402
-from algos.scoring import Counters, Scored, to_samples  # noqa: E402
+from algos.rollout.agent_programs import run_agent_rollouts  # noqa: E402
+from algos.rollout.scoring import Counters, Scored, to_samples  # noqa: E402
 
 AGENT = "examples.mini_swe_agent:make_agent"
 TASK = "starter__tinystats-2"
@@ -150,8 +150,8 @@ def test_one_tiny_dapo_iteration_trains_on_mini_swe_agent_episodes(tmp_path: Pat
     end (rollouts through the gateway, the env's grading, one learner step, a checkpoint)."""
     from agents.trajectory import Trajectory
     from algos import dapo
+    from algos.loop.run_io import read_metrics
     from algos.report import EPISODES_DIR
-    from algos.run_io import read_metrics
     from swe_gym.oracle import oracle_actions
     from swe_gym.tasks import load_tasks
 

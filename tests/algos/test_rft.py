@@ -13,9 +13,9 @@ from agents.rollout import rollout
 from agents.trajectory import Trajectory
 from algos import report, rft
 from algos.config import ConfigError
+from algos.loop.run_io import read_metrics
 from algos.rft import RFTConfig, build_samples
-from algos.run_io import read_metrics
-from algos.scoring import Counters
+from algos.rollout.scoring import Counters
 
 TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
 
@@ -205,7 +205,7 @@ def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
 ):
     """Ctrl-C in a step ends RFT as it ends the RL loop (run_io.save_interrupted): the steps done
     are checkpointed, the command that continues is printed, and --resume runs the rest."""
-    from algos.trainer import default_learner_factory
+    from algos.loop.trainer import default_learner_factory
 
     def interrupted_at_step_2(model, lcfg, **kw):
         learner = default_learner_factory(model, lcfg, **kw)

@@ -5,6 +5,7 @@ run differs (sizes, the algorithm)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +33,38 @@ def toy_cfg(tmp_path: Path, cls: type = DAPOConfig, name: str = "run", **kw: Any
     if cls is DAPOConfig:
         kw.setdefault("length_penalty", False)
     return cls(**toy_fields(tmp_path / name, **kw))
+
+
+# The CLI tests' toy run (`python -m algos.dapo` flags): toy_fields' settings at the small sizes
+# those tests share (group 4, 2 problems, batch 2).
+TOY_FLAGS: dict[str, Any] = {
+    "env": "ToyKeyword-v0",
+    "env_kwargs": {"target": "e"},
+    "policy": "tiny-random",
+    "max_new_tokens": 3,
+    "max_turns": 1,
+    "max_context_tokens": 128,
+    "group_size": 4,
+    "problems_per_iteration": 2,
+    "batch_size": 2,
+    "length_penalty": False,
+    "lr": 1e-3,
+    "progress": False,
+}
+
+
+def toy_argv(**kw: Any) -> list[str]:
+    """The toy run as command-line flags, ``kw`` over :data:`TOY_FLAGS` (a value of None drops
+    the flag): ``field_name=v`` becomes ``--field-name v``, a dict JSON, a bool false/true."""
+    out: list[str] = []
+    for name, value in {**TOY_FLAGS, **kw}.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, dict):
+            text = json.dumps(value)
+        else:
+            text = str(value)
+        out += [f"--{name.replace('_', '-')}", text]
+    return out

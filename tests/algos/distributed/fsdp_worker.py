@@ -58,7 +58,7 @@ def pack(seqs):
 
 
 def token_logprobs(model, input_ids, position_ids, targets):
-    """Base model, then the head weight applied directly (as algos.logprobs does)."""
+    """Base model, then the head weight applied directly (as algos.learner.logprobs does)."""
     hidden = model.model(input_ids=input_ids, position_ids=position_ids).last_hidden_state
     logits = torch.nn.functional.linear(hidden, model.lm_head.weight)
     return logits.float().log_softmax(-1).gather(-1, targets.clamp(min=0)[..., None])[..., 0]

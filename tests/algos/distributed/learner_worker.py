@@ -7,10 +7,10 @@ import sys
 
 import torch
 
-from algos.data import Sample
 from algos.distributed.fsdp import full_state_dict, teardown_distributed
 from algos.distributed.learner import make_learner
-from algos.learner import LearnerConfig
+from algos.learner.learner import LearnerConfig
+from algos.learner.samples import Sample
 from tests.algos.tiny_models import tiny_llama
 
 

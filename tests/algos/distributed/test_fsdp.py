@@ -25,7 +25,7 @@ TOL = 1e-5  # fp32 loss and gradient norm: reduction-order noise is ~1e-7 relati
 # fsdp_worker's SGD moves a weight by lr * (gradient), so two steps at lr 1e-2 turn ~1e-7
 # gradient noise into ~1e-9; 1e-6 is a wide margin that a real difference still exceeds
 PARAM_TOL = 1e-6
-GRAD_RTOL = 1e-4  # of each gradient tensor's norm (see tests/algos/test_learner.py)
+GRAD_RTOL = 1e-4  # of each gradient tensor's norm (see tests/algos/learner/test_learner.py)
 WORKER = str(HERE / "fsdp_worker.py")
 
 
@@ -130,7 +130,7 @@ def test_export_hf_refuses_a_non_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_real_learner_under_torchrun_dp2_and_cp2_matches_one_process(tmp_path, torchrun_fn):
-    """algos.learner.Learner via make_learner: DAPO loss, packing, uneven micro-batch counts."""
+    """algos.learner.learner.Learner via make_learner: DAPO loss, packing, uneven micro-batch counts."""
     worker = str(HERE / "learner_worker.py")
     _python([worker, str(tmp_path / "one.pt")])
     torchrun_fn([worker, str(tmp_path / "dp2.pt"), "1", str(tmp_path / "ckpt")], 2)

@@ -11,44 +11,13 @@ import pytest
 from algos import dapo
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.run_io import read_metrics
-from tests.algos.toy_run import toy_cfg
+from algos.loop.run_io import read_metrics
+from tests.algos.toy_run import toy_argv, toy_cfg
 
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode
 # at a time (seeded sampling), one optimiser step per iteration, the sampler's old log-probs (so
 # ratio_mean == 1 shows that rank 0's engine received the updated weights).
-TOY = [
-    "--env",
-    "ToyKeyword-v0",
-    "--env-kwargs",
-    '{"target": "e"}',
-    "--policy",
-    "tiny-random",
-    "--max-new-tokens",
-    "3",
-    "--max-turns",
-    "1",
-    "--max-context-tokens",
-    "128",
-    "--group-size",
-    "4",
-    "--problems-per-iteration",
-    "2",
-    "--batch-size",
-    "2",
-    "--length-penalty",
-    "false",
-    "--lr",
-    "1e-3",
-    "--progress",
-    "false",
-    "--concurrency",
-    "1",
-    "--max-steps-per-iteration",
-    "1",
-    "--old-logprobs",
-    "sampler",
-]
+TOY = toy_argv(concurrency=1, max_steps_per_iteration=1, old_logprobs="sampler")
 
 
 @pytest.mark.slow  # three runs of the CLI, two of them torchrun x2
@@ -93,7 +62,7 @@ def test_unknown_rollout_backend_is_named():
 @pytest.mark.slow  # a Ray cluster, its worker and two DAPO iterations (56 s wall under load)
 def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
     ray = pytest.importorskip("ray")
-    from algos.trainer import RayRollouts, Trainer
+    from algos.loop.trainer import RayRollouts, Trainer
 
     ray.init(
         num_cpus=3,

@@ -1,0 +1,619 @@
+"""The one RL loop behind ``algos.grpo`` and ``algos.dapo``: iterate, train, push, log, checkpoint.
+
+One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
+
+1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollout.collect.TaskSampler``,
+   resumable);
+2. roll out ``group_size`` episodes per task through ``agents.rollout`` with the policy's engine
+   (``algos.engine``; temperature 1.0, no top-k/top-p);
+3. score them (``algos.rollout.scoring``): reward = env reward (or ``reward_fn``) + the turn-based length
+   penalty when enabled; a reward function that raises drops that sample (counted, error logged);
+   episodes that crashed or are not token-exact are dropped (counted); when all of them fail, or
+   more than ``max_error_share``, the run stops with the first error (``EpisodesFailed``); with
+   ``mask_failed_groups`` every group holding a failed or timed-out episode is left out;
+4. group advantages (``advantage_estimator``: grpo, ``algos.objectives.group_advantages``, or rloo);
+5. the named filter drops samples (``nonzero_advantage``: Nebius; ``nonconstant_group``: DAPO
+   dynamic sampling; ``none``: GRPO); while fewer than ``batch_size`` samples survive, more
+   problems are sampled (at most ``max_refill_rounds`` extra rounds; ``algos.rollout.collect.collect``),
+   then ``on_exhausted`` decides: ``error`` (default, :class:`DynamicSamplingExhausted`) or
+   ``skip`` (the iteration is counted in ``skipped_iterations`` and training goes on);
+6. samples longer than ``max_context_tokens`` are truncated (counted); overlong episodes are
+   dropped only with ``overlong_filter``;
+7. the kept samples are shuffled and split into ``min(max_steps_per_iteration,
+   kept // batch_size)`` mini-batches, one optimiser step each (``algos.learner.learner.Learner``:
+   global-token normalisation, clipping, KL, NaN-skip);
+8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
+   episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
+   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint
+   (learner + task sampler + iteration) is written (``algos.loop.run_io``).
+
+Asynchronous (``max_staleness`` K >= 1, ``algos.rollout.async_collect``): steps 1-2 run ahead on a
+producer thread (at most K rounds) from the latest pushed weights while the learner trains; the
+weights are pushed after every optimiser step as version = the learner's step, taken by the
+engine between requests; a group whose oldest turn is more than K versions behind the learner
+(at the iteration's start) is dropped whole, counted in ``dropped_stale``; the row gains the
+staleness mean/max/histogram. Rounds made ahead are not checkpointed: resume regenerates them.
+
+Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
+with status 130; ``--resume RUN_DIR`` continues the same run. An iteration cut short is redone
+from its start: the task sampler and solve counts are rewound to the iteration boundary, its
+episodes are rolled out again (none are checkpointed), optimiser steps it already took stay.
+
+Scale: ``algos.engine.build_policy`` (model, tokenizer, rollout engine) and ``learner_factory``
+(:func:`algos.distributed.learner.make_learner` by default) are the only places that create them.
+Under ``torchrun --nproc-per-node N`` the learner is FSDP2-sharded over N ranks (``cp`` of them
+split each sequence); rank 0 alone rolls out, scores and filters, then broadcasts the kept samples
+to every rank, and alone logs and holds the rollout engine (the full weights are gathered for each
+push). Checkpoints are then sharded (every rank writes its part) and resumable with any number
+of processes. ``rollout_backend=ray`` runs the episodes on a Ray cluster (``RayRollouts``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.trajectory import Trajectory
+from algos.config import ConfigError, save_config, to_dict
+from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
+from algos.engine import Policy, RayRollouts, build_policy, build_rank_policy, load_policy_model
+from algos.learner.learner import Learner, LearnerConfig, PolicyLearner
+from algos.learner.samples import Sample
+from algos.loop.run_io import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    RESULT_COLUMNS,
+    VAL_COLUMNS,
+    EpisodeStats,
+    InterruptGuard,
+    MetricsLogger,
+    ProgressBar,
+    broadcast_object,
+    checkpoint_due,
+    format_table,
+    iteration_row,
+    load_checkpoint_state,
+    read_metrics,
+    reduce_step_metrics,
+    save_interrupted,
+    save_sharded,
+    seed_everything,
+    write_solve_rates,
+)
+from algos.loop.validation import Validator, metrics_of
+from algos.report import save_iteration_episodes
+from algos.rl_common import (
+    PolicyGradientConfig,
+    learner_config_from,
+    resolve_old_logprobs,
+    validate_rl_config,
+)
+from algos.rollout.async_collect import AsyncCollector, Staleness, check_async
+from algos.rollout.collect import (
+    Collected,
+    CollectPlan,
+    RolloutSpec,
+    TaskSampler,
+    check_prompt_fits,
+    collect,
+    env_task_ids,
+    filter_pool_by_solve_rate,
+    run_rollouts,
+)
+from algos.rollout.scoring import (
+    Counters,
+    EpisodesFailed,
+    ScoringSpec,
+    load_reward_fn,
+    to_samples,
+)
+
+# What users import from here (the loop's public names live in the role modules)
+__all__ = [
+    "DynamicSamplingExhausted",
+    "EpisodesFailed",
+    "Policy",
+    "RayRollouts",
+    "TaskSampler",
+    "Trainer",
+    "build_policy",
+    "learner_config_from",
+    "load_policy_model",
+    "read_metrics",
+    "run_cli",
+    "validate_rl_config",
+]
+
+log = logging.getLogger(__name__)
+
+# (model, LearnerConfig, *, ref_model, tokenizer) -> the learner (default_learner_factory)
+LearnerFactory = Callable[..., PolicyLearner]
+# the task pool's position: its state_dict, or with async collection the producer's
+# (round, state_dict) (AsyncCollector.position)
+SamplerPosition = dict[str, Any] | tuple[int, dict[str, Any]]
+Boundary = tuple[int, SamplerPosition, dict[str, list[int]], int]
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """Fewer than ``batch_size`` samples survived the filter after every refill round."""
+
+
+def default_learner_factory(
+    model: torch.nn.Module,
+    config: LearnerConfig,
+    *,
+    ref_model: torch.nn.Module | None,
+    tokenizer: Any,
+    cp: int = 1,
+) -> Learner:
+    """A plain Learner in one process; an FSDP2 (+ CP) DistributedLearner under torchrun."""
+    from algos.distributed.learner import make_learner
+
+    return make_learner(model, config, cp=cp, ref_model=ref_model, tokenizer=tokenizer)
+
+
+class Trainer:
+    """Runs ``cfg.iterations`` iterations of the loop in the module docstring.
+
+    ``cfg`` is a ``GRPOConfig`` or ``DAPOConfig`` (they name the same choices); ``algo`` names
+    the run (``runs/<algo>-<time>``). ``policy``/``learner_factory``/``reward_fn`` override what
+    the config would build (tests, distributed set-ups).
+    """
+
+    def __init__(
+        self,
+        cfg: PolicyGradientConfig,
+        algo: str,
+        *,
+        policy: Policy | None = None,
+        learner_factory: LearnerFactory | None = None,
+        reward_fn: Callable[[Trajectory], float] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.algo = algo
+        self.dist: DistContext = setup_distributed(cp=cfg.cp)
+        if self.dist.distributed:  # one run_dir for every rank (the default holds the time)
+            if self.dist.is_main:
+                cfg.resolve_run_dir(algo)
+            cfg.run_dir = broadcast_object(cfg.run_dir)
+        self.run_dir = cfg.resolve_run_dir(algo)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(cfg.seed)
+        self.reward_fn = reward_fn if reward_fn is not None else load_reward_fn(cfg.reward_fn)
+        self.rollout_spec = RolloutSpec.from_config(cfg)
+        pool = cfg.tasks or env_task_ids(cfg.env, self.rollout_spec.env_kwargs)
+        if cfg.solve_rates:
+            pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
+        self.sampler = TaskSampler(pool, cfg.seed)
+        self.policy = (
+            policy if policy is not None else build_rank_policy(cfg, self.run_dir, self.dist)
+        )
+        self.max_staleness = int(getattr(cfg, "max_staleness", 0))
+        check_async(self.max_staleness, self.dist, self.policy)
+        if self.dist.is_main:  # may start a sandbox; only rank 0 rolls out
+            self.prompt_tokens = check_prompt_fits(
+                self.rollout_spec, self.policy.tokenizer, pool[0], cfg.seed
+            )
+        lcfg = cfg.learner_config()
+        ref = None
+        if lcfg.kl_coef > 0:
+            ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        if learner_factory is None:
+            learner_factory = partial(default_learner_factory, cp=cfg.cp)
+        self.learner: PolicyLearner = learner_factory(
+            self.policy.model, lcfg, ref_model=ref, tokenizer=self.policy.tokenizer
+        )
+        self.old_logprobs_mode = resolve_old_logprobs(
+            cfg, self.policy.on_policy, self.policy.shares_weights
+        )
+        # a step needs a full batch after filtering; without a filter any survivor will do
+        self.needed = cfg.batch_size if cfg.filter != "none" else 1
+        self.plan = CollectPlan.from_config(cfg, self.needed)
+        self.scoring = ScoringSpec.from_config(cfg)
+        self.iteration = 0
+        self.solve_counts: dict[str, list[int]] = {}
+        self.totals = Counters()
+        self.skipped_iterations = 0
+        self.rows: list[dict[str, Any]] = []
+        self.async_round = 0  # max_staleness >= 1: the next round to take (checkpointed)
+        self.push_s = 0.0
+        if cfg.resume:
+            self._resume()
+        self.validator = (
+            Validator(
+                list(cfg.val_tasks or pool),
+                cfg.val_runs,
+                cfg.seed,
+                self.run_dir,
+                upto=self.iteration if cfg.resume else -1,
+            )
+            if cfg.val_runs and self.dist.is_main
+            else None
+        )
+        self.collector: AsyncCollector | None = None
+        self.staleness = Staleness()
+        if self.max_staleness and self.dist.is_main:
+            self.collector = AsyncCollector(
+                self.plan,
+                self.rollout_spec,
+                self.sampler,
+                self.policy.sampler,
+                self.max_staleness,
+                start_round=self.async_round,
+            )
+        if self.dist.is_main:
+            save_config(cfg, self.run_dir)
+
+    def push_weights(self) -> float:
+        """New weights to the rollout engine; a sharded model is gathered first (collective)."""
+        version = self.learner.step
+        if not self.dist.distributed:
+            return self.policy.push_weights(version=version)
+        if not self.policy.needs_push:
+            return 0.0
+        t0 = time.perf_counter()
+        state = full_state_dict(self.learner.model)  # every rank; rank 0 receives the weights
+        if self.dist.is_main:
+            self.policy.push_weights(state, version=version)
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / CHECKPOINT_DIR
+
+    def save(self) -> None:
+        sampler_state = self.sampler.state_dict()
+        if self.collector is not None:  # rounds made ahead are not saved: resume redoes them
+            self.async_round, sampler_state = self.collector.position
+        extra = {
+            "iteration": self.iteration,
+            "sampler": sampler_state,
+            "solve_counts": self.solve_counts,
+            "skipped_iterations": self.skipped_iterations,
+            "algo": self.algo,
+            "async_round": self.async_round,
+        }
+        if hasattr(self.learner, "ctx"):  # DistributedLearner: sharded DCP, every rank writes
+            save_sharded(self.learner, self.checkpoint_dir, self.dist, extra)
+        else:
+            self.learner.save_checkpoint(self.checkpoint_dir, extra_state=extra)
+        if self.dist.is_main:
+            write_solve_rates(self.run_dir, self.solve_counts)
+
+    def _resume(self) -> None:
+        extra = load_checkpoint_state(self.learner, self.checkpoint_dir)
+        if extra is None:
+            log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
+            return
+        self.iteration = int(extra["iteration"])
+        self.sampler.load_state_dict(extra["sampler"])
+        self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
+        self.skipped_iterations = int(extra.get("skipped_iterations", 0))
+        self.async_round = int(extra.get("async_round", 0))
+        self.push_weights()
+        if self.dist.is_main:
+            print(
+                f"resumed {self.run_dir} at iteration {self.iteration} "
+                f"(optimizer step {self.learner.step})",
+                file=sys.stderr,
+            )
+
+    def _boundary(self) -> Boundary:
+        """What an iteration changes besides the weights, as it was before the iteration."""
+        if self.collector is not None:  # the producer owns the sampler: its taken position
+            return (
+                self.iteration,
+                self.collector.position,
+                copy.deepcopy(self.solve_counts),
+                self.skipped_iterations,
+            )
+        return (
+            self.iteration,
+            self.sampler.state_dict(),
+            copy.deepcopy(self.solve_counts),
+            self.skipped_iterations,
+        )
+
+    def _rewind(self, boundary: Boundary) -> None:
+        """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
+        run redoes it with the same tasks (Ctrl-C mostly lands during rollouts). Optimiser steps
+        it already took stay in the weights."""
+        iteration, sampler, solve_counts, skipped = boundary
+        if iteration == self.iteration:
+            if isinstance(sampler, tuple):  # the producer's (_boundary, async collection)
+                assert self.collector is not None
+                self.collector.rewind(sampler)
+            else:
+                self.sampler.load_state_dict(sampler)
+            self.solve_counts, self.skipped_iterations = solve_counts, skipped
+
+    # ------------------------------------------------------------------ one iteration
+    def collect_groups(
+        self, counters: Counters, tick: Callable[[Trajectory], None] | None = None
+    ) -> Collected:
+        """Steps 1-5 for the current iteration: roll out, score, filter, refill (rank 0)."""
+        if self.collector is not None:  # rounds rolled out ahead; stale groups dropped
+            got, self.staleness = self.collector.collect(
+                self.scoring,
+                self.reward_fn,
+                counters,
+                iteration=self.iteration,
+                learner_version=self.learner.step,
+                solve_counts=self.solve_counts,
+                tick=tick,
+            )
+            return got
+        self.policy.model.eval()
+        return collect(
+            self.plan,
+            self.scoring,
+            self.rollout_spec,
+            self.sampler,
+            self.policy.sampler,
+            self.reward_fn,
+            counters,
+            iteration=self.iteration,
+            solve_counts=self.solve_counts,
+            tick=tick,
+        )
+
+    def _make_samples(
+        self, counters: Counters, tick: Callable[[Trajectory], None]
+    ) -> tuple[list[Sample], Collected]:
+        """Steps 1-6 (rank 0 only under torchrun): the learner's samples and the groups."""
+        cfg = self.cfg
+        got = self.collect_groups(counters, tick)
+        if len(got.kept) < self.needed:
+            msg = (
+                f"iteration {self.iteration + 1}: only {len(got.kept)} of batch_size="
+                f"{self.needed} samples survived filter={cfg.filter!r} after {got.rounds} "
+                f"refill round(s) ({counters.episodes} episodes; {counters.filtered} filtered, "
+                f"{counters.rollout_errors} rollout errors, {counters.reward_errors} reward "
+                "errors)"
+            )
+            if cfg.on_exhausted == "error":
+                raise DynamicSamplingExhausted(
+                    msg + "; raise max_refill_rounds or problems_per_iteration, lower batch_size, "
+                    "enable length_penalty so rewards differ, or set on_exhausted=skip"
+                )
+            log.warning("%s; iteration skipped (on_exhausted=skip)", msg)
+            self.skipped_iterations += 1
+            got.kept = []
+        samples = to_samples(
+            got.kept,
+            counters,
+            max_tokens=cfg.max_context_tokens,
+            mask_invalid=cfg.mask_invalid,
+            overlong_filter=cfg.overlong_filter,
+        )
+        return samples, got
+
+    def train_on(self, samples: list[Sample], guard: InterruptGuard) -> list[dict[str, float]]:
+        """Step 7: the samples (the same full list on every rank) shuffled and split into
+        mini-batches, one optimiser step each; returns each step's metrics."""
+        cfg = self.cfg
+        if samples and self.old_logprobs_mode == "recompute":
+            lps = self.learner.compute_logprobs(samples, loss_only=True)
+            samples = [
+                dataclasses.replace(
+                    x,
+                    old_logprobs=[v * m for v, m in zip(lp, x.loss_mask, strict=True)],
+                    sampler_logprobs=x.old_logprobs,
+                )
+                for x, lp in zip(samples, lps, strict=True)
+            ]
+        step_metrics: list[dict[str, float]] = []
+        if samples:
+            order = list(range(len(samples)))
+            random.Random(cfg.seed + self.iteration).shuffle(order)
+            n_steps = max(1, min(cfg.max_steps_per_iteration, len(samples) // cfg.batch_size))
+            for chunk in [order[k::n_steps] for k in range(n_steps)]:
+                batch = [samples[j] for j in chunk]
+                with guard.critical():
+                    metrics = self.learner.train_step(batch)
+                    if hasattr(self.learner, "ctx") and self.learner.ctx.distributed:
+                        metrics = reduce_step_metrics(metrics, batch, self.learner.ctx)
+                step_metrics.append(metrics)
+                if self.max_staleness:  # in flight: episodes running now take the new weights
+                    self.push_s += self.push_weights()
+        if self.old_logprobs_mode == "sampler":
+            # the sampler/learner mismatch compares equal weights only at the first step (the
+            # later steps' weights have moved on from the ones that sampled)
+            step_metrics[1:] = [
+                {k: v for k, v in m.items() if not k.startswith("mismatch_")}
+                for m in step_metrics[1:]
+            ]
+        return step_metrics
+
+    def iteration_step(
+        self, guard: InterruptGuard, tick: Callable[[Trajectory], None]
+    ) -> dict[str, Any]:
+        """One iteration; returns its metrics row (an empty dict on ranks other than 0)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        counters = Counters()
+        samples: list[Sample] = []
+        got, error = Collected([], 0, [], []), None
+        version = self.learner.step  # the weights that sample this iteration
+        # 1. collect: roll out, score, filter and refill until the batch is full (rank 0)
+        if self.dist.is_main:
+            try:
+                samples, got = self._make_samples(counters, tick)
+                if getattr(cfg, "save_episodes", 0) != 0:
+                    save_iteration_episodes(
+                        self.run_dir,
+                        self.iteration + 1,
+                        got.episodes,
+                        version,
+                        cfg.save_episodes,
+                        cfg.save_episodes_sampling,
+                        cfg.seed,
+                    )
+                got.episodes = []
+            except Exception as e:  # the other ranks wait for the samples: tell them
+                if not self.dist.distributed:
+                    raise
+                error = e
+        if self.dist.distributed:  # DistributedLearner takes the same full list on every rank
+            samples, error = broadcast_object((samples, error))
+            if error is not None:
+                raise error
+        t_rollout = time.perf_counter() - t0
+        # 2. train: the optimiser steps on the samples
+        t1 = time.perf_counter()
+        self.push_s = 0.0  # max_staleness >= 1: pushed after every step, in train_on
+        step_metrics = self.train_on(samples, guard)
+        # 3. push: the engine takes the new weights, versioned by the learner's step
+        t_push = self.push_weights() if samples and not self.max_staleness else self.push_s
+        t_train = time.perf_counter() - t1
+        if not self.dist.is_main:
+            return {}
+        # 4. the metrics row (Trainer.run logs it and checkpoints when due)
+        self.totals.add(counters)
+        row = iteration_row(
+            self.iteration + 1,
+            counters,
+            rounds=got.rounds,
+            rewards=got.rewards,
+            advantages=[s.advantage for s in got.kept],
+            n_samples=len(samples),
+            step_metrics=step_metrics,
+            learner=self.learner,
+            skipped_iterations=self.skipped_iterations,
+            times={
+                "time_rollout_s": t_rollout,
+                "time_train_s": t_train,
+                "time_push_s": t_push,
+                "time_s": time.perf_counter() - t0,
+            },
+        )
+        if self.max_staleness:
+            row.update(self.staleness.row())
+        return row
+
+    def validate(self) -> dict[str, float]:
+        """A validation on the engine's current weights (rank 0); its metrics-row keys."""
+        assert self.validator is not None
+        self.policy.model.eval()
+        row = self.validator.validate(
+            lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.sampler, ids, n, seed),
+            self.iteration,
+            self.learner.step,
+        )
+        return metrics_of(row)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> list[dict[str, Any]]:
+        """All iterations; returns the metric rows. Raises KeyboardInterrupt after saving."""
+        cfg = self.cfg
+        main = self.dist.is_main  # under torchrun rank 0 alone logs
+        logger = (
+            MetricsLogger(
+                self.run_dir,
+                cfg.log,
+                to_dict(cfg),
+                cfg.wandb_project,
+                resume_from=self.iteration if cfg.resume else None,
+            )
+            if main
+            else None
+        )
+        bar = ProgressBar(cfg.progress and main, cfg.iterations, self.iteration, self.algo)
+        boundary = self._boundary()
+        try:
+            with InterruptGuard() as guard:
+                try:
+                    if self.validator is not None and not self.validator.rows:
+                        assert logger is not None  # both are rank 0's
+                        logger.log({"iteration": 0, **self.validate()})  # before training
+                    while self.iteration < cfg.iterations:
+                        boundary = self._boundary()
+                        stats = EpisodeStats()
+
+                        def tick(traj: Trajectory, stats: EpisodeStats = stats) -> None:
+                            stats.add(traj)
+                            bar.episodes(stats)
+
+                        row = self.iteration_step(guard, tick)
+                        self.iteration += 1
+                        if self.validator is not None and self.validator.due(
+                            self.iteration, cfg.iterations, cfg.val_every
+                        ):
+                            row.update(self.validate())
+                        if logger is not None:
+                            row.update(stats.summary())
+                            logger.log(row)
+                            self.rows.append(row)
+                        bar.iteration(row)
+                        if checkpoint_due(self.iteration, cfg.iterations, cfg.checkpoint_every):
+                            with guard.critical():
+                                self.save()
+                except KeyboardInterrupt:
+                    bar.close()
+                    if self.collector is not None:
+                        self.collector.close()
+                    self._rewind(boundary)
+                    save_interrupted(
+                        self.save,
+                        f"iteration {self.iteration} (optimizer step {self.learner.step})",
+                        self.algo,
+                        self.run_dir,
+                        self.checkpoint_dir,
+                        rank=self.dist.rank,
+                    )
+                    raise
+        finally:
+            if self.collector is not None:  # no producer thread outlives run()
+                self.collector.close()
+            bar.close()
+            if logger is not None:
+                logger.close()
+        return self.rows
+
+    def close(self) -> None:
+        self.policy.close()
+        if self.dist.distributed:
+            from algos.distributed.fsdp import teardown_distributed
+
+            teardown_distributed()
+
+
+def run_cli(cfg: PolicyGradientConfig, algo: str, **kwargs: Any) -> int:
+    """Build the trainer, run it, print the results table; exit status for ``main``."""
+    try:
+        trainer = Trainer(cfg, algo, **kwargs)
+    except ConfigError as e:
+        raise SystemExit(f"config error: {e}") from None
+    try:
+        rows = trainer.run()
+    except KeyboardInterrupt:
+        return 130
+    except (DynamicSamplingExhausted, EpisodesFailed) as e:
+        raise SystemExit(f"error: {e}") from None
+    finally:
+        trainer.close()
+    if not trainer.dist.is_main:
+        return 0
+    columns: tuple[tuple[str, str, str], ...] = RESULT_COLUMNS
+    if trainer.validator is not None:  # the table's first row is then the validation before
+        columns = (*RESULT_COLUMNS[:-1], *VAL_COLUMNS, RESULT_COLUMNS[-1])
+        rows = [{"iteration": 0, **metrics_of(trainer.validator.rows[0])}, *rows]
+    print(format_table(rows, columns))
+    if trainer.validator is not None and (line := trainer.validator.summary()):
+        print(line)
+    print(
+        f"metrics: {trainer.run_dir / METRICS_FILE}; checkpoint: {trainer.checkpoint_dir}; "
+        f"plot: python -m algos.plot {trainer.run_dir}"
+    )
+    return 0
