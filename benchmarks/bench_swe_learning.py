@@ -10,7 +10,9 @@
    the model's own, plus the oracle's where the own are fewer than ``own.min_resolved`` (a warm
    start; the table says which and how many); with the preset's ``probe_contexts`` and
    ``format_patience`` it runs epochs until the format-valid rate stops rising.
-4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks.
+4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks, or with
+   ``synth.max_rl`` on that many further training-side tasks RFT never saw (on its own tasks
+   RFT's policy resolves nearly every group alike, which leaves DAPO no signal).
 Every stage is evaluated the same way on the held-out tasks, with the preset's ``env_kwargs``
 (e.g. ``prompt: compact``) in every stage. Prints a table (pass@1 ± s.e., resolved count,
 format-valid rate, tokens per trajectory and the shared prompt's share, wall time), writes
@@ -63,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--candidates", type=int, default=None, help="mutants tried per repository")
     p.add_argument("--max-train", type=int, default=None, help="at most this many training tasks")
     p.add_argument("--max-held-out", type=int, default=None, help="at most this many held out")
+    p.add_argument(
+        "--max-rl",
+        type=int,
+        default=None,
+        help="DAPO's tasks: this many training-side tasks after RFT's (0: RFT's own tasks)",
+    )
     p.add_argument("--runs", type=int, default=None, help="R, held-out runs per task and stage")
     p.add_argument("--own-runs", type=int, default=None, help="own runs per training task")
     p.add_argument(
@@ -107,6 +115,7 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
         (args.candidates, "synth", "max_candidates"),
         (args.max_train, "synth", "max_train"),
         (args.max_held_out, "synth", "max_held_out"),
+        (args.max_rl, "synth", "max_rl"),
         (args.runs, "eval", "runs"),
         (args.own_runs, "own", "runs"),
         (args.concurrency, "eval", "concurrency"),
@@ -238,6 +247,17 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
         "--test",
         str(held),
     )
+    rl = work / "rl.jsonl"
+    if syn.get("max_rl"):  # DAPO's own tasks: the training side's rows after RFT's max_train
+        side = train.read_text(encoding="utf-8").splitlines()
+        start = syn.get("max_train") or len(side)
+        rl_rows = side[start : start + syn["max_rl"]]
+        if not rl_rows:
+            raise SystemExit(
+                f"synth.max_rl={syn['max_rl']}: no training-side task is left after "
+                f"max_train={start} ({len(side)} in all); raise max_candidates"
+            )
+        rl.write_text("".join(r + "\n" for r in rl_rows), encoding="utf-8")
     for path, cap in ((train, syn.get("max_train")), (held, syn.get("max_held_out"))):
         if cap is not None:  # whole rows dropped: the split's function property still holds
             kept = path.read_text(encoding="utf-8").splitlines()[:cap]
@@ -252,6 +272,9 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     return {
         "train": str(train),
         "held_out": str(held),
+        # DAPO's tasks: RFT never saw them (synth.max_rl), else RFT's own
+        "rl": str(rl) if syn.get("max_rl") else str(train),
+        "n_rl": len(rl.read_text().splitlines()) if syn.get("max_rl") else None,
         "n_train": len(train.read_text().splitlines()),
         "n_held_out": len(held.read_text().splitlines()),
         "functions_train": len(fn[0]),
@@ -468,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     stages.append(rft_stage)
 
-    # (iii) DAPO from the RFT checkpoint on the training tasks
+    # (iii) DAPO from the RFT checkpoint on its tasks (synth.max_rl: ones RFT never saw)
     dapo_dir = work / "dapo"
     dapo_cfg = write_config(
         cfg["dapo"],
@@ -477,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         env_kwargs={
             **cfg["env_kwargs"],
             **cfg["dapo"].get("env_kwargs", {}),
-            "tasks": tasks["train"],
+            "tasks": tasks["rl"],
         },
     )
     dapo_wall = run(
@@ -512,7 +535,12 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]
-    tasks = {**tasks, "train": rel(tasks["train"]), "held_out": rel(tasks["held_out"])}
+    tasks = {
+        **tasks,
+        "train": rel(tasks["train"]),
+        "held_out": rel(tasks["held_out"]),
+        "rl": rel(tasks["rl"]),
+    }
     result = report(cfg, tasks, stages, rft_rows, rows, time.perf_counter() - t_start)
     result["work"] = rel(work)
     # the sum of the stages' own wall times: the benchmark's cost even when a re-run resumed

@@ -146,12 +146,24 @@ def report(
             f"{'above' if g['above_2se'] else 'not above'} two standard errors; 2-s.e. "
             f"intervals {'apart' if g['intervals_apart'] else 'overlap'}"
         )
+    val = [r for r in dapo_rows if r.get("val_pass1") is not None]
+    if len(val) >= 2:  # DAPO's validation on its own tasks (val_runs): first and last
+        a, b = val[0], val[-1]
+        print(
+            f"DAPO on its {tasks.get('n_rl') or tasks['n_train']} training tasks (validation, "
+            f"{cfg['dapo'].get('val_runs')} runs each): {a['val_pass1']:.3f} ± "
+            f"{a['val_pass1_se']:.3f} (iteration {int(a['iteration'])}) -> {b['val_pass1']:.3f} ± "
+            f"{b['val_pass1_se']:.3f} (iteration {int(b['iteration'])}); gain "
+            f"{b['val_gain']:+.3f} ± {b['val_gain_se']:.3f} (paired over tasks)"
+        )
     print(
         "wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "
         "+ SFT; DAPO: its run); held-out evaluations of RFT and DAPO are listed apart"
     )
     print(
-        f"tasks: {tasks['n_train']} train / {tasks['n_held_out']} held out; "
+        f"tasks: {tasks['n_train']} train"
+        + (f" + {tasks['n_rl']} DAPO-only" if tasks.get("n_rl") else "")
+        + f" / {tasks['n_held_out']} held out; "
         f"R = {cfg['eval']['runs']} runs; total {wall / 60:.1f} min"
     )
     return {

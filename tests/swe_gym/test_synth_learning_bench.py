@@ -37,7 +37,12 @@ def test_bench_swe_learning_toy_run(
             "--repos",
             "starter/durations",
             "--candidates",
-            "3",
+            "5",
+            "--max-train",
+            "2",
+            # DAPO on a task RFT never saw (the CPU preset's max_rl, here for both presets)
+            "--max-rl",
+            "1",
             "--runs",
             "1",
             "--own-runs",
@@ -69,6 +74,9 @@ def test_bench_swe_learning_toy_run(
     held = [json.loads(x) for x in (work / tasks["held_out"]).read_text().splitlines()]
     assert {r["meta"]["tier"] for r in train + held} == {"guided"}  # the default preset's tier
     assert not {r["meta"]["function"] for r in train} & {r["meta"]["function"] for r in held}
+    rl = [json.loads(x) for x in (work / tasks["rl"]).read_text().splitlines()]
+    assert len(rl) == tasks["n_rl"] == 1
+    assert not {r["instance_id"] for r in rl} & {r["instance_id"] for r in train + held}
     # A random policy solves nothing: RFT must have warmed up on the oracle's passing runs.
     data = result["stages"][1]["data"]
     assert data["source"] == "own + oracle (warm start)" and data["oracle_resolved"] >= 1
