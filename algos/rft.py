@@ -37,14 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algos.config import (
-    EPISODE_SAMPLING,
-    ConfigError,
-    RunConfig,
-    parse_config,
-    save_config,
-    to_dict,
-)
+from algos.config import ConfigError, parse_config, save_config, to_dict
 from algos.engine import Policy, build_policy, load_policy_model
 from algos.learner.learner import LearnerConfig
 from algos.learner.samples import Sample
@@ -70,6 +63,7 @@ from algos.rollout.scoring import (
     count_rollout_error,
     episode_samples,
 )
+from algos.run_config import EPISODE_SAMPLING, RunConfig
 from swe_gym.errors import unknown_choice
 
 DATA_FILE = "rft_data.jsonl"
