@@ -42,13 +42,11 @@ from algos.engine import Policy, build_policy, load_policy_model
 from algos.learner.learner import LearnerConfig
 from algos.learner.samples import Sample
 from algos.loop.format_probe import PROBES, format_valid_rate, greedy_match_rate, turn_contexts
-from algos.loop.run_io import (
+from algos.loop.metrics import METRICS_FILE, MetricsLogger, format_table
+from algos.loop.run_state import (
     CHECKPOINT_DIR,
-    METRICS_FILE,
     InterruptGuard,
-    MetricsLogger,
     checkpoint_due,
-    format_table,
     save_interrupted,
     seed_everything,
 )

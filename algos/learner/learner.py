@@ -228,7 +228,7 @@ class _Metrics:
 
 
 class PolicyLearner(Protocol):
-    """What the loops (``algos.loop.trainer``, ``algos.rft``, ``algos.loop.run_io``) use of a learner:
+    """What the loops (``algos.loop.trainer``, ``algos.rft``, ``algos.loop.run_state``) use of a learner:
     :class:`Learner` in one process, ``algos.distributed.learner.DistributedLearner`` (FSDP2,
     which adds ``ctx``) under torchrun. ``step`` is the optimiser step, the version of the weights
     pushed to the engine."""

@@ -24,8 +24,9 @@ One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
    global-token normalisation, clipping, KL, NaN-skip);
 8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
    episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
-   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint
-   (learner + task sampler + iteration) is written (``algos.loop.run_io``).
+   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
+   ``algos.loop.metrics``); a checkpoint (learner + task sampler + iteration) is written
+   (``algos.loop.run_state``).
 
 Asynchronous (``max_staleness`` K >= 1, ``algos.rollout.async_collect``): steps 1-2 run ahead on a
 producer thread (at most K rounds) from the latest pushed weights while the learner trains; the
@@ -69,22 +70,24 @@ from algos.distributed.fsdp import DistContext, full_state_dict, setup_distribut
 from algos.engine import Policy, RayRollouts, build_policy, build_rank_policy, load_policy_model
 from algos.learner.learner import Learner, LearnerConfig, PolicyLearner
 from algos.learner.samples import Sample
-from algos.loop.run_io import (
-    CHECKPOINT_DIR,
+from algos.loop.metrics import (
     METRICS_FILE,
     RESULT_COLUMNS,
     VAL_COLUMNS,
     EpisodeStats,
-    InterruptGuard,
     MetricsLogger,
     ProgressBar,
-    broadcast_object,
-    checkpoint_due,
     format_table,
     iteration_row,
-    load_checkpoint_state,
     read_metrics,
     reduce_step_metrics,
+)
+from algos.loop.run_state import (
+    CHECKPOINT_DIR,
+    InterruptGuard,
+    broadcast_object,
+    checkpoint_due,
+    load_checkpoint_state,
     save_interrupted,
     save_sharded,
     seed_everything,

@@ -13,7 +13,7 @@ from agents.rollout import rollout
 from agents.trajectory import Trajectory
 from algos import report, rft
 from algos.config import ConfigError
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from algos.rft import RFTConfig, build_samples
 from algos.rollout.scoring import Counters
 
@@ -203,7 +203,7 @@ def test_tree_packing_switch_reaches_the_learner(
 def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
     trajectories_with_invalid_turn, tmp_path, capsys
 ):
-    """Ctrl-C in a step ends RFT as it ends the RL loop (run_io.save_interrupted): the steps done
+    """Ctrl-C in a step ends RFT as it ends the RL loop (run_state.save_interrupted): the steps done
     are checkpointed, the command that continues is printed, and --resume runs the rest."""
     from algos.loop.trainer import default_learner_factory
 

@@ -347,7 +347,7 @@ def test_config_switch_and_metrics_row():
     """DAPO's config turns trees on by default, ``tree_packing: false`` turns them off, and
     the iteration's metrics row keeps tokens_computed next to tokens_plain."""
     from algos.dapo import DAPOConfig
-    from algos.loop.run_io import mean_metrics
+    from algos.loop.metrics import mean_metrics
 
     assert DAPOConfig().learner_config().tree_packing is True
     # only packed_sdpa reads the tree layout: an eager model keeps plain packing

@@ -13,7 +13,7 @@ from agents.trajectory import Trajectory, Turn
 from algos import rft
 from algos.config import ConfigError
 from algos.loop.format_probe import greedy_match_rate
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from algos.rft import RFTConfig
 
 VOCAB = 16
