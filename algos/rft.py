@@ -39,7 +39,7 @@ from typing import Any
 
 from algos.config import ConfigError, parse_config, save_config, to_dict
 from algos.engine import Policy, build_policy, load_policy_model
-from algos.learner.learner import LearnerConfig
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample
 from algos.loop.format_probe import PROBES, format_valid_rate, greedy_match_rate, turn_contexts
 from algos.loop.metrics import METRICS_FILE, MetricsLogger, format_table

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agents.models.smollm2 import smollm2_path
-    from algos.learner.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner
+    from algos.learner.learner_config import LearnerConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

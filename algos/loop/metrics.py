@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from algos.distributed.fsdp import DistContext
-from algos.learner.learner import PolicyLearner
+from algos.learner.learner_config import PolicyLearner
 from algos.learner.samples import Sample
 from algos.rollout.scoring import Counters
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from algos.distributed.fsdp import DistContext
-from algos.learner.learner import PolicyLearner
+from algos.learner.learner_config import PolicyLearner
 
 CHECKPOINT_DIR = "checkpoint"
 SOLVE_RATES_FILE = "solve_rates.json"

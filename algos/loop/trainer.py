@@ -68,7 +68,8 @@ from agents.trajectory import Trajectory
 from algos.config import ConfigError, save_config, to_dict
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
 from algos.engine import Policy, RayRollouts, build_policy, build_rank_policy, load_policy_model
-from algos.learner.learner import Learner, LearnerConfig, PolicyLearner
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig, PolicyLearner
 from algos.learner.samples import Sample
 from algos.loop.metrics import (
     METRICS_FILE,

@@ -19,7 +19,8 @@ import math
 import pytest
 import torch
 
-from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample, pack_samples
 from algos.learner.tree import TreeMicroBatch, dense_tree_mask, find_trees, pack_trees
 from algos.learner.tree_attention import TreeLayout
