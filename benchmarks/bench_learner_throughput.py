@@ -39,7 +39,8 @@ def batch_from(path: str | None, n: int, tokenizer) -> list:
 
     if path:
         from agents.trajectory import Trajectory
-        from algos.rft import RFTConfig, build_samples
+        from algos.loop.rft_loop import build_samples
+        from algos.rft import RFTConfig
         from algos.rollout.scoring import Counters
 
         trajs = [t for t in Trajectory.load_jsonl(path) if t.resolved][:n]

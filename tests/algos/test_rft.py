@@ -13,8 +13,10 @@ from agents.rollout import rollout
 from agents.trajectory import Trajectory
 from algos import report, rft
 from algos.config import ConfigError
+from algos.loop import rft_loop
 from algos.loop.metrics import read_metrics
-from algos.rft import RFTConfig, build_samples
+from algos.loop.rft_loop import build_samples
+from algos.rft import RFTConfig
 from algos.rollout.scoring import Counters
 
 TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
@@ -230,7 +232,7 @@ def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
         run_dir=str(run),
     )
     with pytest.raises(KeyboardInterrupt):
-        rft.train_rft(cfg, learner_factory=interrupted_at_step_2)
+        rft_loop.train_rft(cfg, learner_factory=interrupted_at_step_2)
     err = capsys.readouterr().err
     assert "interrupted: saving a checkpoint at step 1" in err
     assert f"continue with: python -m algos.rft --resume {run}" in err
