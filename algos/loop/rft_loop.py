@@ -23,7 +23,7 @@ from algos.loop.run_state import (
     save_interrupted,
     seed_everything,
 )
-from algos.loop.trainer import LearnerFactory, default_learner_factory
+from algos.loop.trainer_state import LearnerFactory, default_learner_factory
 from algos.report import save_iteration_episodes
 from algos.rollout.collect import RolloutSpec, env_task_ids, run_rollouts
 from algos.rollout.scoring import (

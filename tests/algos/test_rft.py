@@ -207,7 +207,7 @@ def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
 ):
     """Ctrl-C in a step ends RFT as it ends the RL loop (run_state.save_interrupted): the steps done
     are checkpointed, the command that continues is printed, and --resume runs the rest."""
-    from algos.loop.trainer import default_learner_factory
+    from algos.loop.trainer_state import default_learner_factory
 
     def interrupted_at_step_2(model, lcfg, **kw):
         learner = default_learner_factory(model, lcfg, **kw)
