@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from algos.config import ConfigError, parse_config, warn
 from algos.learner.cpu_bf16 import slow_bf16_warning
-from algos.learner.learner import LearnerConfig
+from algos.learner.learner_config import LearnerConfig
 from algos.loop.trainer import run_cli
 from algos.rl_common import PolicyGradientConfig, learner_config_from
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from algos.config import ConfigError, RunConfig
+from algos.config import ConfigError
 from algos.distributed.fsdp import DistContext, training_device
 from algos.rollout.collect import RolloutSpec
+from algos.run_config import RunConfig
 
 
 @dataclass

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algos.config import ConfigError, parse_config
-from algos.learner.learner import LearnerConfig
+from algos.learner.learner_config import LearnerConfig
 from algos.loop.trainer import run_cli
 from algos.rl_common import PolicyGradientConfig, learner_config_from
 

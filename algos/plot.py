@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 
 PANELS = (
     ("reward", ("reward_mean",)),

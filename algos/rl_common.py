@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from algos import objectives
-from algos.config import ConfigError, RLConfig
-from algos.learner.learner import LearnerConfig
+from algos.config import ConfigError
+from algos.learner.learner_config import LearnerConfig
+from algos.run_config import RLConfig
 from swe_gym.errors import unknown_choice
 
 ON_EXHAUSTED = ("error", "skip")

@@ -99,7 +99,8 @@ def run_row(method: str, shape: str, length: int, device: str, steps: int, profi
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (length,), generator=gen)
     if method == "ours":
-        from algos.learner.learner import Learner, LearnerConfig
+        from algos.learner.learner import Learner
+        from algos.learner.learner_config import LearnerConfig
         from algos.learner.samples import Sample
 
         learner = Learner(

@@ -39,7 +39,8 @@ def batch_from(path: str | None, n: int, tokenizer) -> list:
 
     if path:
         from agents.trajectory import Trajectory
-        from algos.rft import RFTConfig, build_samples
+        from algos.loop.rft_loop import build_samples
+        from algos.rft import RFTConfig
         from algos.rollout.scoring import Counters
 
         trajs = [t for t in Trajectory.load_jsonl(path) if t.resolved][:n]
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agents.models.smollm2 import smollm2_path
-    from algos.learner.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner
+    from algos.learner.learner_config import LearnerConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

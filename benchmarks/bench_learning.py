@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from algos import dapo, grpo
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from algos.plot import plot_runs
 
 RESULTS = Path(__file__).parent / "results"

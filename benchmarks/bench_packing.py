@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample, pack_samples, pad_samples
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -75,7 +75,8 @@ def child(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM
 
     from agents.models.smollm2 import smollm2_path
-    from algos.learner.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner
+    from algos.learner.learner_config import LearnerConfig
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(

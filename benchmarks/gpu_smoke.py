@@ -66,7 +66,7 @@ def part_dapo(args) -> dict:
     from bench_learning import COMMON
 
     from algos import dapo
-    from algos.loop.run_io import read_metrics
+    from algos.loop.metrics import read_metrics
 
     iterations = 2 if args.dry else 16
     run = Path(tempfile.mkdtemp(prefix="gpu-smoke-dapo-")) / "run"

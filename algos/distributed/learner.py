@@ -36,7 +36,8 @@ from algos.distributed.fsdp import (
     setup_distributed,
     shard_model,
 )
-from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.logprobs import hidden_states, lm_head, token_logprobs
 from algos.learner.samples import MicroBatch, Sample
 

@@ -17,12 +17,18 @@ trajectory had them) and the learner's own model (no engine, no sandbox):
 from __future__ import annotations
 
 import random
+import sys
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swe_gym.tools.parsing import InvalidAction, parse_action
+
+if TYPE_CHECKING:  # type-only: algos.rft imports the RFT loop, which imports this module
+    from algos.engine import Policy
+    from algos.rft import RFTConfig
 
 
 def turn_contexts(trajectories: Sequence[Any], limit: int, seed: int = 0) -> list[list[int]]:
@@ -130,3 +136,45 @@ def format_valid_rate(
 
 
 __all__ = ["PROBES", "format_valid_rate", "greedy_match_rate", "turn_contexts"]
+
+
+class FormatProbe:
+    """The per-epoch format probe (``probe_contexts``) and its plateau count."""
+
+    def __init__(self, cfg: RFTConfig, policy: Policy, kept: Sequence[Any]):
+        self.cfg = cfg
+        self.policy = policy
+        self.enabled = cfg.probe_contexts > 0
+        self.kept = kept
+        self.contexts = (
+            turn_contexts(kept, cfg.probe_contexts, cfg.seed)
+            if self.enabled and cfg.probe == "sample"
+            else []
+        )
+        self.best = -1.0
+        self.flat_for = 0  # epochs in a row without a rise
+
+    def __call__(self, epoch: int) -> float:
+        t0 = time.perf_counter()
+        if self.cfg.probe == "greedy":
+            rate = greedy_match_rate(
+                self.policy.model, self.kept, self.cfg.probe_contexts, self.cfg.seed
+            )
+        else:
+            rate = format_valid_rate(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.contexts,
+                action_format=self.cfg.env_kwargs.get("action_format", "fenced"),
+                max_new_tokens=self.cfg.max_new_tokens or 128,
+                temperature=self.cfg.temperature,
+                seed=self.cfg.seed + epoch,
+            )
+        self.flat_for = 0 if rate > self.best else self.flat_for + 1
+        self.best = max(self.best, rate)
+        print(
+            f"rft: epoch {epoch}: format_valid ({self.cfg.probe}) {rate:.3f} on "
+            f"{self.cfg.probe_contexts} turns ({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+        )
+        return rate

@@ -24,8 +24,9 @@ One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
    global-token normalisation, clipping, KL, NaN-skip);
 8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
    episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
-   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B); a checkpoint
-   (learner + task sampler + iteration) is written (``algos.loop.run_io``).
+   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
+   ``algos.loop.metrics``); a checkpoint (learner + task sampler + iteration) is written
+   (``algos.loop.run_state``).
 
 Asynchronous (``max_staleness`` K >= 1, ``algos.rollout.async_collect``): steps 1-2 run ahead on a
 producer thread (at most K rounds) from the latest pushed weights while the learner trains; the
@@ -39,84 +40,42 @@ with status 130; ``--resume RUN_DIR`` continues the same run. An iteration cut s
 from its start: the task sampler and solve counts are rewound to the iteration boundary, its
 episodes are rolled out again (none are checkpointed), optimiser steps it already took stay.
 
-Scale: ``algos.engine.build_policy`` (model, tokenizer, rollout engine) and ``learner_factory``
-(:func:`algos.distributed.learner.make_learner` by default) are the only places that create them.
-Under ``torchrun --nproc-per-node N`` the learner is FSDP2-sharded over N ranks (``cp`` of them
-split each sequence); rank 0 alone rolls out, scores and filters, then broadcasts the kept samples
-to every rank, and alone logs and holds the rollout engine (the full weights are gathered for each
-push). Checkpoints are then sharded (every rank writes its part) and resumable with any number
-of processes. ``rollout_backend=ray`` runs the episodes on a Ray cluster (``RayRollouts``).
+What the loop runs on (engine, learner, task pool, validator; under torchrun or Ray too), its
+weight pushes, checkpoints and resume: :class:`algos.loop.trainer_state.TrainerState`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import random
-import sys
 import time
 from collections.abc import Callable
-from functools import partial
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from agents.trajectory import Trajectory
-from algos.config import ConfigError, save_config, to_dict
-from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
-from algos.engine import Policy, RayRollouts, build_policy, build_rank_policy, load_policy_model
-from algos.learner.learner import Learner, LearnerConfig, PolicyLearner
+from algos.config import ConfigError, to_dict
+from algos.engine import Policy, RayRollouts, build_policy, load_policy_model
 from algos.learner.samples import Sample
-from algos.loop.run_io import (
-    CHECKPOINT_DIR,
+from algos.loop.metrics import (
     METRICS_FILE,
     RESULT_COLUMNS,
     VAL_COLUMNS,
     EpisodeStats,
-    InterruptGuard,
     MetricsLogger,
     ProgressBar,
-    broadcast_object,
-    checkpoint_due,
     format_table,
     iteration_row,
-    load_checkpoint_state,
     read_metrics,
     reduce_step_metrics,
-    save_interrupted,
-    save_sharded,
-    seed_everything,
-    write_solve_rates,
 )
-from algos.loop.validation import Validator, metrics_of
+from algos.loop.run_state import InterruptGuard, broadcast_object, checkpoint_due, save_interrupted
+from algos.loop.trainer_state import TrainerState
+from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
-from algos.rl_common import (
-    PolicyGradientConfig,
-    learner_config_from,
-    resolve_old_logprobs,
-    validate_rl_config,
-)
-from algos.rollout.async_collect import AsyncCollector, Staleness, check_async
-from algos.rollout.collect import (
-    Collected,
-    CollectPlan,
-    RolloutSpec,
-    TaskSampler,
-    check_prompt_fits,
-    collect,
-    env_task_ids,
-    filter_pool_by_solve_rate,
-    run_rollouts,
-)
-from algos.rollout.scoring import (
-    Counters,
-    EpisodesFailed,
-    ScoringSpec,
-    load_reward_fn,
-    to_samples,
-)
+from algos.rl_common import PolicyGradientConfig, learner_config_from, validate_rl_config
+from algos.rollout.collect import Collected, TaskSampler, collect, run_rollouts
+from algos.rollout.scoring import Counters, EpisodesFailed, to_samples
 
 # What users import from here (the loop's public names live in the role modules)
 __all__ = [
@@ -136,207 +95,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# (model, LearnerConfig, *, ref_model, tokenizer) -> the learner (default_learner_factory)
-LearnerFactory = Callable[..., PolicyLearner]
-# the task pool's position: its state_dict, or with async collection the producer's
-# (round, state_dict) (AsyncCollector.position)
-SamplerPosition = dict[str, Any] | tuple[int, dict[str, Any]]
-Boundary = tuple[int, SamplerPosition, dict[str, list[int]], int]
-
 
 class DynamicSamplingExhausted(RuntimeError):
     """Fewer than ``batch_size`` samples survived the filter after every refill round."""
 
 
-def default_learner_factory(
-    model: torch.nn.Module,
-    config: LearnerConfig,
-    *,
-    ref_model: torch.nn.Module | None,
-    tokenizer: Any,
-    cp: int = 1,
-) -> Learner:
-    """A plain Learner in one process; an FSDP2 (+ CP) DistributedLearner under torchrun."""
-    from algos.distributed.learner import make_learner
-
-    return make_learner(model, config, cp=cp, ref_model=ref_model, tokenizer=tokenizer)
-
-
-class Trainer:
-    """Runs ``cfg.iterations`` iterations of the loop in the module docstring.
-
-    ``cfg`` is a ``GRPOConfig`` or ``DAPOConfig`` (they name the same choices); ``algo`` names
-    the run (``runs/<algo>-<time>``). ``policy``/``learner_factory``/``reward_fn`` override what
-    the config would build (tests, distributed set-ups).
-    """
-
-    def __init__(
-        self,
-        cfg: PolicyGradientConfig,
-        algo: str,
-        *,
-        policy: Policy | None = None,
-        learner_factory: LearnerFactory | None = None,
-        reward_fn: Callable[[Trajectory], float] | None = None,
-    ) -> None:
-        self.cfg = cfg
-        self.algo = algo
-        self.dist: DistContext = setup_distributed(cp=cfg.cp)
-        if self.dist.distributed:  # one run_dir for every rank (the default holds the time)
-            if self.dist.is_main:
-                cfg.resolve_run_dir(algo)
-            cfg.run_dir = broadcast_object(cfg.run_dir)
-        self.run_dir = cfg.resolve_run_dir(algo)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        seed_everything(cfg.seed)
-        self.reward_fn = reward_fn if reward_fn is not None else load_reward_fn(cfg.reward_fn)
-        self.rollout_spec = RolloutSpec.from_config(cfg)
-        pool = cfg.tasks or env_task_ids(cfg.env, self.rollout_spec.env_kwargs)
-        if cfg.solve_rates:
-            pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
-        self.sampler = TaskSampler(pool, cfg.seed)
-        self.policy = (
-            policy if policy is not None else build_rank_policy(cfg, self.run_dir, self.dist)
-        )
-        self.max_staleness = int(getattr(cfg, "max_staleness", 0))
-        check_async(self.max_staleness, self.dist, self.policy)
-        if self.dist.is_main:  # may start a sandbox; only rank 0 rolls out
-            self.prompt_tokens = check_prompt_fits(
-                self.rollout_spec, self.policy.tokenizer, pool[0], cfg.seed
-            )
-        lcfg = cfg.learner_config()
-        ref = None
-        if lcfg.kl_coef > 0:
-            ref = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
-        if learner_factory is None:
-            learner_factory = partial(default_learner_factory, cp=cfg.cp)
-        self.learner: PolicyLearner = learner_factory(
-            self.policy.model, lcfg, ref_model=ref, tokenizer=self.policy.tokenizer
-        )
-        self.old_logprobs_mode = resolve_old_logprobs(
-            cfg, self.policy.on_policy, self.policy.shares_weights
-        )
-        # a step needs a full batch after filtering; without a filter any survivor will do
-        self.needed = cfg.batch_size if cfg.filter != "none" else 1
-        self.plan = CollectPlan.from_config(cfg, self.needed)
-        self.scoring = ScoringSpec.from_config(cfg)
-        self.iteration = 0
-        self.solve_counts: dict[str, list[int]] = {}
-        self.totals = Counters()
-        self.skipped_iterations = 0
-        self.rows: list[dict[str, Any]] = []
-        self.async_round = 0  # max_staleness >= 1: the next round to take (checkpointed)
-        self.push_s = 0.0
-        if cfg.resume:
-            self._resume()
-        self.validator = (
-            Validator(
-                list(cfg.val_tasks or pool),
-                cfg.val_runs,
-                cfg.seed,
-                self.run_dir,
-                upto=self.iteration if cfg.resume else -1,
-            )
-            if cfg.val_runs and self.dist.is_main
-            else None
-        )
-        self.collector: AsyncCollector | None = None
-        self.staleness = Staleness()
-        if self.max_staleness and self.dist.is_main:
-            self.collector = AsyncCollector(
-                self.plan,
-                self.rollout_spec,
-                self.sampler,
-                self.policy.sampler,
-                self.max_staleness,
-                start_round=self.async_round,
-            )
-        if self.dist.is_main:
-            save_config(cfg, self.run_dir)
-
-    def push_weights(self) -> float:
-        """New weights to the rollout engine; a sharded model is gathered first (collective)."""
-        version = self.learner.step
-        if not self.dist.distributed:
-            return self.policy.push_weights(version=version)
-        if not self.policy.needs_push:
-            return 0.0
-        t0 = time.perf_counter()
-        state = full_state_dict(self.learner.model)  # every rank; rank 0 receives the weights
-        if self.dist.is_main:
-            self.policy.push_weights(state, version=version)
-        return time.perf_counter() - t0
-
-    # ------------------------------------------------------------------ checkpoints
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.run_dir / CHECKPOINT_DIR
-
-    def save(self) -> None:
-        sampler_state = self.sampler.state_dict()
-        if self.collector is not None:  # rounds made ahead are not saved: resume redoes them
-            self.async_round, sampler_state = self.collector.position
-        extra = {
-            "iteration": self.iteration,
-            "sampler": sampler_state,
-            "solve_counts": self.solve_counts,
-            "skipped_iterations": self.skipped_iterations,
-            "algo": self.algo,
-            "async_round": self.async_round,
-        }
-        if hasattr(self.learner, "ctx"):  # DistributedLearner: sharded DCP, every rank writes
-            save_sharded(self.learner, self.checkpoint_dir, self.dist, extra)
-        else:
-            self.learner.save_checkpoint(self.checkpoint_dir, extra_state=extra)
-        if self.dist.is_main:
-            write_solve_rates(self.run_dir, self.solve_counts)
-
-    def _resume(self) -> None:
-        extra = load_checkpoint_state(self.learner, self.checkpoint_dir)
-        if extra is None:
-            log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
-            return
-        self.iteration = int(extra["iteration"])
-        self.sampler.load_state_dict(extra["sampler"])
-        self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
-        self.skipped_iterations = int(extra.get("skipped_iterations", 0))
-        self.async_round = int(extra.get("async_round", 0))
-        self.push_weights()
-        if self.dist.is_main:
-            print(
-                f"resumed {self.run_dir} at iteration {self.iteration} "
-                f"(optimizer step {self.learner.step})",
-                file=sys.stderr,
-            )
-
-    def _boundary(self) -> Boundary:
-        """What an iteration changes besides the weights, as it was before the iteration."""
-        if self.collector is not None:  # the producer owns the sampler: its taken position
-            return (
-                self.iteration,
-                self.collector.position,
-                copy.deepcopy(self.solve_counts),
-                self.skipped_iterations,
-            )
-        return (
-            self.iteration,
-            self.sampler.state_dict(),
-            copy.deepcopy(self.solve_counts),
-            self.skipped_iterations,
-        )
-
-    def _rewind(self, boundary: Boundary) -> None:
-        """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
-        run redoes it with the same tasks (Ctrl-C mostly lands during rollouts). Optimiser steps
-        it already took stay in the weights."""
-        iteration, sampler, solve_counts, skipped = boundary
-        if iteration == self.iteration:
-            if isinstance(sampler, tuple):  # the producer's (_boundary, async collection)
-                assert self.collector is not None
-                self.collector.rewind(sampler)
-            else:
-                self.sampler.load_state_dict(sampler)
-            self.solve_counts, self.skipped_iterations = solve_counts, skipped
+class Trainer(TrainerState):
+    """Runs ``cfg.iterations`` iterations of the loop in the module docstring over the parts
+    :class:`~algos.loop.trainer_state.TrainerState` builds (same arguments)."""
 
     # ------------------------------------------------------------------ one iteration
     def collect_groups(
@@ -580,13 +346,6 @@ class Trainer:
             if logger is not None:
                 logger.close()
         return self.rows
-
-    def close(self) -> None:
-        self.policy.close()
-        if self.dist.distributed:
-            from algos.distributed.fsdp import teardown_distributed
-
-            teardown_distributed()
 
 
 def run_cli(cfg: PolicyGradientConfig, algo: str, **kwargs: Any) -> int:

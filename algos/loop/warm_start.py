@@ -112,7 +112,8 @@ def ensure(name: str, policy: str, seed: int = 0) -> dict[str, Any]:
 
 def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
     from agents.trajectory import Trajectory
-    from algos.rft import RFTConfig, train_rft
+    from algos.loop.rft_loop import train_rft
+    from algos.rft import RFTConfig
 
     t0 = time.perf_counter()
     repos_dir = root / "repos"

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agents.trajectory import Trajectory
-from algos.config import ConfigError, RunConfig
+from algos.config import ConfigError
 from algos.rollout.scoring import Counters, Scored, ScoringSpec, score_groups
+from algos.run_config import RunConfig
 from swe_gym.errors import unknown_choice
 
 if TYPE_CHECKING:

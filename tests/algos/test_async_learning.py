@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from algos import dapo
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 
 pytestmark = pytest.mark.slow  # two 32-iteration runs: 1-4 minutes on 2 cores
 

@@ -126,7 +126,7 @@ def _check_run(argv: list[str], before: set[Path], runs: Path) -> None:
     """A training command wrote a run with a metrics row; with ``--agent P``, every episode it
     kept or saved was played by P, token-exact."""
     from agents.trajectory import Trajectory
-    from algos.loop.run_io import read_metrics
+    from algos.loop.metrics import read_metrics
 
     (run,) = set(runs.iterdir()) - before
     assert read_metrics(run), f"{run}: no metrics row"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from algos import grpo
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 
 COMMON = [
     "--policy",

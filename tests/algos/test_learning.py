@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from algos import dapo
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 
 TOY = Path(__file__).resolve().parents[2] / "algos" / "presets" / "toy_keyword.yaml"
 LEARNING_ARGS = ["--config", str(TOY), "--seed", "0"]

@@ -150,7 +150,7 @@ def test_one_tiny_dapo_iteration_trains_on_mini_swe_agent_episodes(tmp_path: Pat
     end (rollouts through the gateway, the env's grading, one learner step, a checkpoint)."""
     from agents.trajectory import Trajectory
     from algos import dapo
-    from algos.loop.run_io import read_metrics
+    from algos.loop.metrics import read_metrics
     from algos.report import EPISODES_DIR
     from swe_gym.oracle import oracle_actions
     from swe_gym.tasks import load_tasks

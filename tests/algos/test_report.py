@@ -18,7 +18,7 @@ import pytest
 
 from agents.trajectory import Trajectory, Turn
 from algos import dapo, report
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 
 # a hostile observation: markup that would run if the page did not escape it
 PAYLOAD = (

@@ -13,8 +13,10 @@ from agents.rollout import rollout
 from agents.trajectory import Trajectory
 from algos import report, rft
 from algos.config import ConfigError
-from algos.loop.run_io import read_metrics
-from algos.rft import RFTConfig, build_samples
+from algos.loop import rft_loop
+from algos.loop.metrics import read_metrics
+from algos.loop.rft_loop import build_samples
+from algos.rft import RFTConfig
 from algos.rollout.scoring import Counters
 
 TASKS = ["starter__tinystats-1", "starter__tinystats-2"]
@@ -203,9 +205,9 @@ def test_tree_packing_switch_reaches_the_learner(
 def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
     trajectories_with_invalid_turn, tmp_path, capsys
 ):
-    """Ctrl-C in a step ends RFT as it ends the RL loop (run_io.save_interrupted): the steps done
+    """Ctrl-C in a step ends RFT as it ends the RL loop (run_state.save_interrupted): the steps done
     are checkpointed, the command that continues is printed, and --resume runs the rest."""
-    from algos.loop.trainer import default_learner_factory
+    from algos.loop.trainer_state import default_learner_factory
 
     def interrupted_at_step_2(model, lcfg, **kw):
         learner = default_learner_factory(model, lcfg, **kw)
@@ -230,7 +232,7 @@ def test_ctrl_c_checkpoints_the_steps_done_and_resume_runs_the_rest(
         run_dir=str(run),
     )
     with pytest.raises(KeyboardInterrupt):
-        rft.train_rft(cfg, learner_factory=interrupted_at_step_2)
+        rft_loop.train_rft(cfg, learner_factory=interrupted_at_step_2)
     err = capsys.readouterr().err
     assert "interrupted: saving a checkpoint at step 1" in err
     assert f"continue with: python -m algos.rft --resume {run}" in err

@@ -9,7 +9,7 @@ import torch
 
 from algos.distributed.fsdp import full_state_dict, teardown_distributed
 from algos.distributed.learner import make_learner
-from algos.learner.learner import LearnerConfig
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample
 from tests.algos.tiny_models import tiny_llama
 

@@ -11,7 +11,7 @@ import pytest
 from algos import dapo
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from tests.algos.toy_run import toy_argv, toy_cfg
 
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode

@@ -300,7 +300,8 @@ def test_varlen_kernel_is_never_chosen_on_cpu():
 def test_cpu_learner_keeps_the_plain_optimizer():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from algos.learner.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner
+    from algos.learner.learner_config import LearnerConfig
 
     model = LlamaForCausalLM(
         LlamaConfig(
@@ -323,7 +324,8 @@ def test_bf16_compute_copy_trains_float32_master_weights(tied):
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from algos.learner.learner import Learner, LearnerConfig
+    from algos.learner.learner import Learner
+    from algos.learner.learner_config import LearnerConfig
     from algos.learner.samples import Sample
 
     config = LlamaConfig(

@@ -18,7 +18,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from algos import objectives
-from algos.learner.learner import Learner, LearnerConfig, LRSchedule
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig, LRSchedule
 from algos.learner.logprobs import model_token_logprobs
 from algos.learner.samples import Sample, pack_samples, pad_samples
 from tests.algos.tiny_models import tiny_llama

@@ -19,7 +19,8 @@ import math
 import pytest
 import torch
 
-from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample, pack_samples
 from algos.learner.tree import TreeMicroBatch, dense_tree_mask, find_trees, pack_trees
 from algos.learner.tree_attention import TreeLayout
@@ -347,7 +348,7 @@ def test_config_switch_and_metrics_row():
     """DAPO's config turns trees on by default, ``tree_packing: false`` turns them off, and
     the iteration's metrics row keeps tokens_computed next to tokens_plain."""
     from algos.dapo import DAPOConfig
-    from algos.loop.run_io import mean_metrics
+    from algos.loop.metrics import mean_metrics
 
     assert DAPOConfig().learner_config().tree_packing is True
     # only packed_sdpa reads the tree layout: an eager model keeps plain packing

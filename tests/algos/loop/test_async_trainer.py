@@ -12,7 +12,7 @@ import torch
 from agents.trajectory import load_jsonl
 from algos import grpo
 from algos.config import ConfigError
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from tests.algos import toy_run
 
 ARGS = [

@@ -12,8 +12,9 @@ import torch
 from agents.trajectory import Trajectory, Turn
 from algos import rft
 from algos.config import ConfigError
+from algos.loop import format_probe
 from algos.loop.format_probe import greedy_match_rate
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from algos.rft import RFTConfig
 
 VOCAB = 16
@@ -93,7 +94,7 @@ def test_rft_stops_once_the_format_probe_stops_rising(
     oracle_file: Path, tmp_path: Path, monkeypatch
 ):
     rates = iter([0.1, 0.4, 0.6, 0.6, 0.9, 1.0])  # epoch 0 (before training), 1, 2, 3, ...
-    monkeypatch.setattr(rft, "greedy_match_rate", lambda *a, **k: next(rates))
+    monkeypatch.setattr(format_probe, "greedy_match_rate", lambda *a, **k: next(rates))
     run = tmp_path / "run"
     assert (
         rft.main(

@@ -12,7 +12,7 @@ import pytest
 
 from agents.trajectory import Trajectory, Turn
 from algos.config import ConfigError
-from algos.loop.run_io import read_metrics
+from algos.loop.metrics import read_metrics
 from algos.loop.trainer import Trainer, run_cli
 from algos.loop.validation import VAL_FILE, Validator, mean_se
 from tests.algos.toy_run import toy_cfg as toy_run_cfg

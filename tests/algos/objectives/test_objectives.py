@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from algos import objectives
-from algos.learner.learner import Learner, LearnerConfig
+from algos.learner.learner import Learner
+from algos.learner.learner_config import LearnerConfig
 from algos.learner.samples import Sample
 from algos.rollout.scoring import Counters, Scored, assign_advantages, mask_failed_groups
 

@@ -274,7 +274,7 @@ def test_rft_trains_on_the_resolved_episodes_of_an_agent_program(tmp_path: Path)
     on."""
     from agents.trajectory import Trajectory
     from algos import rft
-    from algos.loop.run_io import read_metrics
+    from algos.loop.metrics import read_metrics
 
     run = tmp_path / "run"
     tasks = ["starter__tinystats-1", "starter__tinystats-2"]

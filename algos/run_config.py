@@ -1,0 +1,247 @@
+"""The run-level config dataclasses: ``RunConfig`` (every run) and ``RLConfig`` (GRPO and DAPO)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from algos.config import ConfigError
+from swe_gym.errors import unknown_choice
+
+LOGGERS = ("jsonl", "tensorboard", "wandb")
+ENGINES = ("transformers", "vllm")
+DTYPES = ("float32", "bfloat16")
+ROLLOUT_BACKENDS = ("threads", "ray")
+EPISODE_SAMPLING = ("groups", "random")
+
+
+@dataclass
+class RunConfig:
+    """What a run is made of: env, policy, sampling engine, logging, checkpoints."""
+
+    run_dir: str | None = None
+    """Output folder (metrics.jsonl, checkpoints, config.yaml); default runs/<algo>-<time>."""
+    seed: int = 0
+    """Seeds torch, the task sampler and the episodes."""
+    env: str = "SWEStarter-v0"
+    """Registered env id (multi-turn SWEStarter-v0, single-turn SWERL-v0, ToyKeyword-v0, ...)."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Extra gym.make keyword arguments (JSON on the command line)."""
+    tasks: list[str] | None = None
+    """Task ids forming the training pool (default: every task of the env)."""
+    policy: str = "smollm2"
+    """The model trained: 'smollm2' (bundled SmolLM2-135M-Instruct), 'tiny-random' (a tiny random
+    Llama with SmolLM2's tokenizer, for tests) or a Hugging Face model folder."""
+    engine: str = "transformers"
+    """Rollout engine sampling from the policy: 'transformers' (shares the module when
+    engine_dtype is float32, else a copy updated every iteration) or 'vllm' (in-process)."""
+    engine_dtype: str = "float32"
+    """Weights dtype of the rollout engine: float32 or bfloat16."""
+    engine_gpu_memory: float = 0.4
+    """vLLM on a GPU: the share of the device's memory the engine takes for weights and KV cache.
+    The in-process engine shares the GPU with the learner, so vLLM's own default (0.9) would leave
+    the learner too little; raise it when the learner is small or runs elsewhere."""
+    rollout_model: str = "policy"
+    """'policy' samples on-policy from the engine; any agents.load_model spec (oracle,
+    scripted:FILE) rolls out with that model instead (off-policy: old log-probs are recomputed)."""
+    agent: str | None = None
+    """Your own agent program, as module:factory (e.g. examples.openai_agent:make_agent): each
+    episode runs it against the env through an OpenAI-compatible gateway in front of the sampler
+    (the policy's engine, or rollout_model), which records the token-exact trajectory the learner
+    trains on (algos.rollout.agent_programs). None: the built-in ReAct agent."""
+    concurrency: int = 4
+    """Episodes run at once."""
+    max_turns: int = 40
+    """Agent turns per episode (also the env's turn limit for multi-turn envs)."""
+    max_new_tokens: int = 1024
+    """Tokens sampled per turn."""
+    max_context_tokens: int = 65536
+    """Prompt + completion budget of an episode; longer trajectories are truncated for the
+    learner (counted as 'truncated')."""
+    temperature: float = 1.0
+    """Sampling temperature (top-k/top-p stay off: docs/methods.md#react-scaffold)."""
+    max_consecutive_invalid: int | None = 5
+    """Invalid actions in a row before the agent gives up (none: no cap)."""
+    episode_timeout_s: float | None = None
+    """Wall-clock limit of one episode (none: no limit)."""
+    max_error_share: float = 0.5
+    """Stop the run (first error's message, non-zero exit) when more than this share of an
+    iteration's episodes fail in their rollout or reward; a run where every one fails always
+    stops."""
+    micro_batch_tokens: int = 8192
+    """Token budget of one forward/backward micro-batch."""
+    bf16: bool = False
+    """bfloat16 autocast in the learner (fast on CPUs with AMX/AVX512-BF16 and on GPUs)."""
+    grad_checkpointing: bool = False
+    """Activation checkpointing in the learner."""
+    log: list[str] = field(default_factory=lambda: ["jsonl"])
+    """Metric sinks: jsonl (always on), tensorboard, wandb (used when installed)."""
+    wandb_project: str = "swe-gym-rl"
+    """Weights & Biases project when 'wandb' is in log."""
+    checkpoint_every: int = 1
+    """Save a checkpoint every N iterations/steps (0: only at the end and on Ctrl-C)."""
+    progress: bool = True
+    """Show a tqdm progress bar with ETA."""
+    resume: bool = False
+    """Continue from run_dir's latest checkpoint (set by --resume RUN_DIR)."""
+    cp: int = 1
+    """Context-parallel size under torchrun: each sequence is split over this many ranks (ring
+    attention); the world size must be divisible by it (data-parallel size = world // cp)."""
+    rollout_backend: str = "threads"
+    """Where episodes run: 'threads' (in the training process, concurrency at once) or 'ray'
+    (RolloutWorker actors on a Ray cluster, sandboxes spread over its nodes, one shared engine)."""
+    ray_address: str | None = None
+    """Ray cluster to join with rollout_backend=ray ('auto': the local node's cluster started
+    with `ray start`); none starts a private local Ray instance."""
+    ray_workers: int = 2
+    """Rollout worker actors with rollout_backend=ray (each runs `concurrency` episodes)."""
+    max_sandbox_starts_per_node: int = 8
+    """Sandbox starts at once per Ray node (rollout_backend=ray), so a burst of resets cannot
+    overload one Docker daemon."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise unknown_choice("engine", self.engine, ENGINES)
+        if self.engine_dtype not in DTYPES:
+            raise unknown_choice("engine_dtype", self.engine_dtype, DTYPES)
+        self.log = list(self.log)
+        for name in self.log:
+            if name not in LOGGERS:
+                raise unknown_choice("log sink", name, LOGGERS)
+        if "jsonl" not in self.log:
+            self.log.insert(0, "jsonl")
+        for name in (
+            "concurrency",
+            "max_turns",
+            "max_new_tokens",
+            "max_context_tokens",
+            "micro_batch_tokens",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ConfigError(
+                f"max_new_tokens={self.max_new_tokens} does not fit max_context_tokens="
+                f"{self.max_context_tokens}: the context must hold the prompt and a completion; "
+                "raise max_context_tokens or lower max_new_tokens"
+            )
+        if not 0 < self.engine_gpu_memory <= 1:
+            raise ConfigError(f"engine_gpu_memory must be in (0, 1]; got {self.engine_gpu_memory}")
+        if not 0 <= self.max_error_share <= 1:
+            raise ConfigError(f"max_error_share must be in [0, 1]; got {self.max_error_share}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be > 0 for RL sampling; got {self.temperature}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
+        if self.cp < 1:
+            raise ConfigError(f"cp must be >= 1; got {self.cp}")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world % self.cp:
+            raise ConfigError(
+                f"cp={self.cp} does not divide the world size {world} (WORLD_SIZE from torchrun); "
+                f"choose a cp among {[d for d in range(1, world + 1) if world % d == 0]}"
+            )
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise unknown_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
+        if self.agent is not None:
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.agent):
+                raise ConfigError(
+                    f"agent must be module:factory (e.g. examples.openai_agent:make_agent); "
+                    f"got {self.agent!r}"
+                )
+            if self.rollout_backend != "threads":
+                raise ConfigError(
+                    f"agent={self.agent!r} runs with rollout_backend=threads only; got "
+                    f"rollout_backend={self.rollout_backend!r}"
+                )
+            from algos.rollout.agent_programs import load_agent_factory
+
+            load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
+        for name in ("ray_workers", "max_sandbox_starts_per_node"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.resume and not self.run_dir:
+            raise ConfigError("resume needs run_dir: use --resume RUN_DIR")
+
+    def resolve_run_dir(self, algo: str) -> Path:
+        """``run_dir``, defaulting to ``runs/<algo>-<time>``; stored back into the config."""
+        if not self.run_dir:
+            self.run_dir = f"runs/{algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return Path(self.run_dir)
+
+
+@dataclass
+class RLConfig(RunConfig):
+    """Run-level fields plus the RL loop's objective choices and saved episodes (GRPO, DAPO)."""
+
+    advantage_estimator: str = "grpo"
+    """grpo (group mean, divided by the group std when normalize_std) or rloo (leave-one-out
+    mean of the other group members, no std)."""
+    mask_failed_groups: bool = False
+    """Instance-level failure masking: a group in which any episode ended by a rollout error, a
+    timeout, a dead sandbox (sandbox_failed), no grading verdict (grading_error) or a failing
+    reward function is left out of the loss (counted as failure_masked), instead of scoring
+    those episodes 0 or dropping only them."""
+    off_policy_correction: str = "none"
+    """Sampler/learner mismatch correction: none, tis (truncated importance sampling:
+    min(exp(learner - sampler), is_cap) times the per-token loss) or decoupled (decoupled PPO:
+    clip around the learner's log-probs, the behaviour weight, tokens above is_cap dropped).
+    With old_logprobs=auto the learner's log-probs are recomputed before the first step."""
+    is_cap: float = 2.0
+    """C, the importance-weight cap of off_policy_correction."""
+    save_episodes: int | None = 64
+    """Episodes per iteration written to RUN_DIR/episodes/ (token-exact Trajectory JSONL, read by
+    python -m algos.report); 0 saves none, none saves all."""
+    save_episodes_sampling: str = "groups"
+    """Which episodes are saved when an iteration has more than save_episodes: groups (whole
+    groups at random, so a task's episodes stay together) or random (episodes at random)."""
+    tree_packing: bool = True
+    """Shared-prefix packing in the learner: a group's common prompt (found from the token
+    ids) computed once, each episode's continuation attending to it (algos.learner.tree); same loss and
+    gradients as plain packing. The metrics row shows tokens_computed against tokens_plain."""
+    val_runs: int = 0
+    """Validation (algos.loop.validation): episodes per task on val_tasks, before training, after the
+    last iteration and every val_every iterations, with the same episode seeds each time; pass@1
+    and its gain over the first validation, with standard errors over tasks, go to
+    RUN_DIR/validation.jsonl, the metrics and the table. 0: no validation."""
+    val_every: int = 0
+    """Iterations between validations (0: before training and after the last iteration only)."""
+    val_tasks: list[str] | None = None
+    """Task ids validated on (default: the training pool)."""
+    max_staleness: int = 0
+    """Asynchronous RL: 0 is the synchronous loop (roll out, then train); K >= 1 keeps a
+    background producer rolling out from the latest pushed weights while the learner trains, and
+    drops (counts as dropped_stale) every group whose oldest turn is more than K optimiser steps
+    behind the learner. Needs an engine with its own copy of the weights."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from algos.objectives import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
+
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise unknown_choice(
+                "advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS
+            )
+        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
+            raise unknown_choice(
+                "off_policy_correction", self.off_policy_correction, OFF_POLICY_CORRECTIONS
+            )
+        if self.is_cap <= 0:
+            raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
+        if self.save_episodes is not None and self.save_episodes < 0:
+            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        for name in ("val_runs", "val_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if self.max_staleness < 0:
+            raise ConfigError(
+                f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
+                f"most K policy versions old); got {self.max_staleness}"
+            )
+        if self.save_episodes_sampling not in EPISODE_SAMPLING:
+            raise unknown_choice(
+                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
+            )
