@@ -39,7 +39,7 @@ def test_bench_swe_learning_toy_run(
             "--candidates",
             "5",
             "--max-train",
-            "2",
+            "1",
             # DAPO on a task RFT never saw (the CPU preset's max_rl, here for both presets)
             "--max-rl",
             "1",
