@@ -16,6 +16,7 @@ import torch
 from algos.distributed.fsdp import DistContext
 from algos.learner.learner_config import PolicyLearner
 from algos.learner.samples import Sample
+from algos.loop.run_state import set_aside
 from algos.rollout.scoring import Counters
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class MetricsLogger:
             rows = [json.loads(line) for line in self.path.read_text().splitlines() if line]
             keep = [r for r in rows if r.get(key, 0) <= resume_from]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        elif resume_from is None:
+            set_aside(self.path)  # a new run: its rows alone
         self.tb = None
         self.wandb = None
         if "tensorboard" in sinks:

@@ -186,3 +186,17 @@ def write_solve_rates(run_dir: Path, solve_counts: dict[str, list[int]]) -> None
         for t, (a, r) in sorted(solve_counts.items())
     }
     (run_dir / SOLVE_RATES_FILE).write_text(json.dumps(rates, indent=1))
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename an earlier run's ``path`` (a new run started in the same run dir) to
+    ``NAME.N.old``, the first free N, so its rows are neither mixed with the new run's nor
+    lost; the new name, or None when there was no such file."""
+    if not path.is_file():
+        return None
+    n = 1
+    while (old := path.with_name(f"{path.name}.{n}.old")).exists():
+        n += 1
+    path.rename(old)
+    print(f"{path} is from an earlier run (no --resume): moved to {old.name}", file=sys.stderr)
+    return old

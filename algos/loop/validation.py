@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.eval_metrics import format_valid_rate
+from algos.loop.run_state import set_aside
 
 VAL_FILE = "validation.jsonl"
 SEED_OFFSET = 7_000_000  # validation episodes never reuse a training episode's seed
@@ -73,7 +74,9 @@ class Validator:
         if not self.task_ids:
             raise ValueError("validation needs at least one task; the task pool is empty")
         path = self.run_dir / VAL_FILE
-        if path.is_file():  # a resumed run compares with its own first validation
+        if self.upto < 0:
+            set_aside(path)  # a new run: its validations alone
+        elif path.is_file():  # a resumed run compares with its own first validation
             rows = [
                 json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()
             ]

@@ -88,7 +88,10 @@ def test_a_resumed_run_keeps_its_earlier_validations_and_baseline(tmp_path: Path
     assert resumed.baseline == {"a": 0.0, "b": 1.0}
     fresh = Validator(["a", "b"], runs=1, seed=0, run_dir=tmp_path)  # a new run in that folder
     assert fresh.rows == [] and fresh.baseline is None
-    assert (tmp_path / VAL_FILE).read_text() == ""
+    # the earlier run's validations are set aside, not mixed in and not lost
+    assert not (tmp_path / VAL_FILE).exists()
+    old = (tmp_path / f"{VAL_FILE}.1.old").read_text().splitlines()
+    assert [json.loads(x)["iteration"] for x in old] == [0, 2]
 
 
 def test_a_task_with_no_episode_is_an_error(tmp_path: Path):
