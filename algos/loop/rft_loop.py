@@ -54,7 +54,7 @@ def collect(
         spec = RolloutSpec.from_config(cfg)
         pool = cfg.tasks or env_task_ids(cfg.env, spec.env_kwargs)
         policy.model.eval()
-        trajs = run_rollouts(spec, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
+        trajs = run_rollouts(spec, policy.engine, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
         for t in trajs:
             if not count_rollout_error(t, failed):
