@@ -25,9 +25,9 @@ class Policy:
     model: torch.nn.Module
     tokenizer: Any
     path: Path  # a Hugging Face folder holding the initial weights (what vLLM loads)
-    sampler: Any = None  # agents Model used for rollouts
-    on_policy: bool = True  # the sampler samples from the policy's weights
-    shares_weights: bool = False  # the sampler IS the training module (no push needed)
+    engine: Any = None  # the agents Model that samples the rollouts
+    on_policy: bool = True  # the engine samples from the policy's weights
+    shares_weights: bool = False  # the engine IS the training module (no push needed)
     engine_dtype: torch.dtype | None = None  # cast pushed weights to the engine's dtype
 
     @property
@@ -41,9 +41,9 @@ class Policy:
         """Send the current weights (or ``state``: the gathered full weights of a sharded model)
         to the rollout engine as policy ``version`` (the learner's optimiser step; the engine
         stamps it on every generation); returns seconds spent."""
-        if version is not None and self.shares_weights and hasattr(self.sampler, "policy_version"):
-            self.sampler.policy_version = version  # the module itself changed: only relabel
-        if not self.needs_push or self.sampler is None:
+        if version is not None and self.shares_weights and hasattr(self.engine, "policy_version"):
+            self.engine.policy_version = version  # the module itself changed: only relabel
+        if not self.needs_push or self.engine is None:
             return 0.0
         t0 = time.perf_counter()
         dtype = self.engine_dtype
@@ -53,13 +53,13 @@ class Policy:
             for k, v in state.items()
         }
         if version is None:
-            self.sampler.update_weights(state)
+            self.engine.update_weights(state)
         else:
-            self.sampler.update_weights(state, version=version)
+            self.engine.update_weights(state, version=version)
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        close = getattr(self.sampler, "close", None)
+        close = getattr(self.engine, "close", None)
         if close is not None:
             close()
 
@@ -125,7 +125,7 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
             cfg.max_context_tokens,
             cfg.policy,
         )
-        policy.sampler = RayRollouts(
+        policy.engine = RayRollouts(
             RolloutSpec.from_config(cfg),
             factory,
             address=cfg.ray_address,
@@ -142,7 +142,7 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
         from agents.models import load_model
 
         kw: dict[str, Any] = {"tokenizer": tokenizer}
-        policy.sampler = load_model(cfg.rollout_model, **kw)
+        policy.engine = load_model(cfg.rollout_model, **kw)
         policy.on_policy = False
         return policy
     if cfg.engine == "vllm":
@@ -155,7 +155,7 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
                 "rope_parameters": model_config.rope_parameters,
                 "max_position_embeddings": model_config.max_position_embeddings,
             }
-        policy.sampler = VLLMModel(
+        policy.engine = VLLMModel(
             str(path),
             max_model_len=cfg.max_context_tokens,
             dtype=cfg.engine_dtype,
@@ -169,9 +169,9 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
         from agents.models.transformers import TransformersModel
 
         # On the training device from the start (RFT rolls out before its learner exists); the
-        # sampler reads the module's device at every call, so a later move is followed too.
+        # engine reads the module's device at every call, so a later move is followed too.
         model.to(training_device())
-        policy.sampler = TransformersModel(
+        policy.engine = TransformersModel(
             model, tokenizer=tokenizer, seed=cfg.seed, name=cfg.policy
         )
         policy.shares_weights = True
@@ -179,7 +179,7 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
         from agents.models.transformers import TransformersModel
 
         engine_model = copy.deepcopy(model).to(training_device(), getattr(torch, cfg.engine_dtype))
-        policy.sampler = TransformersModel(
+        policy.engine = TransformersModel(
             engine_model, tokenizer=tokenizer, seed=cfg.seed, name=cfg.policy
         )
     return policy

@@ -25,7 +25,7 @@ class RunConfig:
     run_dir: str | None = None
     """Output folder (metrics.jsonl, checkpoints, config.yaml); default runs/<algo>-<time>."""
     seed: int = 0
-    """Seeds torch, the task sampler and the episodes."""
+    """Seeds torch, the task pool and the episodes."""
     env: str = "SWEStarter-v0"
     """Registered env id (multi-turn SWEStarter-v0, single-turn SWERL-v0, ToyKeyword-v0, ...)."""
     env_kwargs: dict = field(default_factory=dict)

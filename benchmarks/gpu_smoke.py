@@ -151,7 +151,7 @@ def part_push(args) -> dict:
         from agents.models.transformers import TransformersModel
 
         engine = TransformersModel(copy.deepcopy(model).to(torch.bfloat16), tokenizer=tok)
-    policy = Policy(model, tok, path, sampler=engine, engine_dtype=torch.bfloat16)
+    policy = Policy(model, tok, path, engine=engine, engine_dtype=torch.bfloat16)
     try:
         times = []
         for _ in range(3):

@@ -35,6 +35,7 @@ from algos.rollout.scoring import (
 )
 
 if TYPE_CHECKING:  # the config lives with its entry point, which imports this module
+    from agents.trajectory import Trajectory
     from algos.rft import RFTConfig
 
 DATA_FILE = "rft_data.jsonl"  # the kept trajectories, reused by --resume
@@ -54,7 +55,7 @@ def collect(
         spec = RolloutSpec.from_config(cfg)
         pool = cfg.tasks or env_task_ids(cfg.env, spec.env_kwargs)
         policy.model.eval()
-        trajs = run_rollouts(spec, policy.sampler, pool, cfg.runs_per_task, cfg.seed)
+        trajs = run_rollouts(spec, policy.engine, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
         for t in trajs:
             if not count_rollout_error(t, failed):
@@ -79,35 +80,14 @@ def build_samples(cfg: RFTConfig, trajs: Sequence[Any], counters: Counters) -> l
     return out
 
 
-def train_rft(
-    cfg: RFTConfig,
-    *,
-    policy: Policy | None = None,
-    learner_factory: LearnerFactory = default_learner_factory,
-) -> list[dict[str, Any]]:
-    """The whole RFT run; returns one metrics row per optimiser step."""
+def training_data(
+    cfg: RFTConfig, policy: Policy, run_dir: Path, reuse: bool
+) -> tuple[list[Trajectory], list[Sample]]:
+    """RFT's data: the resolved, token-exact trajectories (rolled out or read, then saved to
+    ``DATA_FILE``; a resumed run reads that file back) and their samples."""
     from agents.trajectory import Trajectory
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.rollout_backend != "threads":
-        raise ConfigError(
-            "RFT runs in one process with rollout_backend=threads; run it without torchrun "
-            f"(WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')}, rollout_backend="
-            f"{cfg.rollout_backend!r})"
-        )
-    run_dir = cfg.resolve_run_dir("rft")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    seed_everything(cfg.seed)
     data_file = run_dir / DATA_FILE
-    reuse = cfg.resume and data_file.exists()
-    if policy is None:
-        if cfg.trajectories or reuse:  # no rollouts: no engine needed
-            model, tokenizer, path = load_policy_model(
-                cfg.policy, run_dir, cfg.seed, cfg.yarn_factor
-            )
-            policy = Policy(model=model, tokenizer=tokenizer, path=path)
-        else:
-            policy = build_policy(cfg, run_dir)
-    save_config(cfg, run_dir)
     if reuse:
         kept = Trajectory.load_jsonl(data_file)
         seen = len(kept)
@@ -126,6 +106,46 @@ def train_rft(
         f"({counters.truncated} truncated, {counters.empty} without loss tokens)",
         file=sys.stderr,
     )
+    return kept, samples
+
+
+def epoch_batch(
+    samples: list[Sample], batch_size: int, seed: int, epoch: int, k: int
+) -> list[Sample]:
+    """The ``k``-th batch of ``epoch``: a seeded shuffle per epoch, so a resumed run takes the
+    batches the interrupted one would have."""
+    order = list(range(len(samples)))
+    random.Random(seed + epoch).shuffle(order)
+    return [samples[j] for j in order[k * batch_size : (k + 1) * batch_size]]
+
+
+def train_rft(
+    cfg: RFTConfig,
+    *,
+    policy: Policy | None = None,
+    learner_factory: LearnerFactory = default_learner_factory,
+) -> list[dict[str, Any]]:
+    """The whole RFT run; returns one metrics row per optimiser step."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.rollout_backend != "threads":
+        raise ConfigError(
+            "RFT runs in one process with rollout_backend=threads; run it without torchrun "
+            f"(WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')}, rollout_backend="
+            f"{cfg.rollout_backend!r})"
+        )
+    run_dir = cfg.resolve_run_dir("rft")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)
+    reuse = cfg.resume and (run_dir / DATA_FILE).exists()
+    if policy is None:
+        if cfg.trajectories or reuse:  # no rollouts: no engine needed
+            model, tokenizer, path = load_policy_model(
+                cfg.policy, run_dir, cfg.seed, cfg.yarn_factor
+            )
+            policy = Policy(model=model, tokenizer=tokenizer, path=path)
+        else:
+            policy = build_policy(cfg, run_dir)
+    save_config(cfg, run_dir)
+    kept, samples = training_data(cfg, policy, run_dir, reuse)
     steps_per_epoch = math.ceil(len(samples) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     learner = learner_factory(
@@ -165,11 +185,7 @@ def train_rft(
             try:
                 while done < total:
                     epoch, k = divmod(done, steps_per_epoch)
-                    order = list(range(len(samples)))
-                    random.Random(cfg.seed + epoch).shuffle(order)
-                    batch = [
-                        samples[j] for j in order[k * cfg.batch_size : (k + 1) * cfg.batch_size]
-                    ]
+                    batch = epoch_batch(samples, cfg.batch_size, cfg.seed, epoch, k)
                     t0 = time.perf_counter()
                     with guard.critical():
                         metrics = learner.train_step(batch)

@@ -2,7 +2,7 @@
 
 One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
 
-1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollout.collect.TaskSampler``,
+1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollout.collect.TaskPool``,
    resumable);
 2. roll out ``group_size`` episodes per task through ``agents.rollout`` with the policy's engine
    (``algos.engine``; temperature 1.0, no top-k/top-p);
@@ -25,7 +25,7 @@ One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
 8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
    episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
    sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
-   ``algos.loop.metrics``); a checkpoint (learner + task sampler + iteration) is written
+   ``algos.loop.metrics``); a checkpoint (learner + task pool + iteration) is written
    (``algos.loop.run_state``).
 
 Asynchronous (``max_staleness`` K >= 1, ``algos.rollout.async_collect``): steps 1-2 run ahead on a
@@ -37,7 +37,7 @@ staleness mean/max/histogram. Rounds made ahead are not checkpointed: resume reg
 
 Ctrl-C: the current optimiser step finishes, then a checkpoint is written and the process exits
 with status 130; ``--resume RUN_DIR`` continues the same run. An iteration cut short is redone
-from its start: the task sampler and solve counts are rewound to the iteration boundary, its
+from its start: the task pool and solve counts are rewound to the iteration boundary, its
 episodes are rolled out again (none are checkpointed), optimiser steps it already took stay.
 
 What the loop runs on (engine, learner, task pool, validator; under torchrun or Ray too), its
@@ -74,7 +74,7 @@ from algos.loop.trainer_state import TrainerState
 from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
 from algos.rl_common import PolicyGradientConfig, learner_config_from, validate_rl_config
-from algos.rollout.collect import Collected, TaskSampler, collect, run_rollouts
+from algos.rollout.collect import Collected, TaskPool, collect, run_rollouts
 from algos.rollout.scoring import Counters, EpisodesFailed, to_samples
 
 # What users import from here (the loop's public names live in the role modules)
@@ -83,7 +83,7 @@ __all__ = [
     "EpisodesFailed",
     "Policy",
     "RayRollouts",
-    "TaskSampler",
+    "TaskPool",
     "Trainer",
     "build_policy",
     "learner_config_from",
@@ -125,8 +125,8 @@ class Trainer(TrainerState):
             self.plan,
             self.scoring,
             self.rollout_spec,
-            self.sampler,
-            self.policy.sampler,
+            self.task_pool,
+            self.policy.engine,
             self.reward_fn,
             counters,
             iteration=self.iteration,
@@ -273,7 +273,7 @@ class Trainer(TrainerState):
         assert self.validator is not None
         self.policy.model.eval()
         row = self.validator.validate(
-            lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.sampler, ids, n, seed),
+            lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.engine, ids, n, seed),
             self.iteration,
             self.learner.step,
         )

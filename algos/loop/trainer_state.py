@@ -9,7 +9,7 @@ push). Checkpoints are then sharded (every rank writes its part) and resumable w
 of processes. ``rollout_backend=ray`` runs the episodes on a Ray cluster (``RayRollouts``).
 
 A checkpoint holds the learner (sharded under torchrun) and the loop's position: the iteration,
-the task sampler's state, the solve counts and skipped iterations (``solve_rates.json`` beside
+the task pool's state, the solve counts and skipped iterations (``solve_rates.json`` beside
 it); ``Trainer.run`` rewinds an iteration cut short by Ctrl-C to its boundary before saving.
 """
 
@@ -46,7 +46,7 @@ from algos.rollout.async_collect import AsyncCollector, Staleness, check_async
 from algos.rollout.collect import (
     CollectPlan,
     RolloutSpec,
-    TaskSampler,
+    TaskPool,
     check_prompt_fits,
     env_task_ids,
     filter_pool_by_solve_rate,
@@ -108,7 +108,7 @@ class TrainerState:
         pool = cfg.tasks or env_task_ids(cfg.env, self.rollout_spec.env_kwargs)
         if cfg.solve_rates:
             pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
-        self.sampler = TaskSampler(pool, cfg.seed)
+        self.task_pool = TaskPool(pool, cfg.seed)
         self.policy = (
             policy if policy is not None else build_rank_policy(cfg, self.run_dir, self.dist)
         )
@@ -160,8 +160,8 @@ class TrainerState:
             self.collector = AsyncCollector(
                 self.plan,
                 self.rollout_spec,
-                self.sampler,
-                self.policy.sampler,
+                self.task_pool,
+                self.policy.engine,
                 self.max_staleness,
                 start_round=self.async_round,
             )
@@ -187,12 +187,12 @@ class TrainerState:
         return self.run_dir / CHECKPOINT_DIR
 
     def save(self) -> None:
-        sampler_state = self.sampler.state_dict()
+        pool_state = self.task_pool.state_dict()
         if self.collector is not None:  # rounds made ahead are not saved: resume redoes them
-            self.async_round, sampler_state = self.collector.position
+            self.async_round, pool_state = self.collector.position
         extra = {
             "iteration": self.iteration,
-            "sampler": sampler_state,
+            "sampler": pool_state,  # the task pool (the key checkpoints have always had)
             "solve_counts": self.solve_counts,
             "skipped_iterations": self.skipped_iterations,
             "algo": self.algo,
@@ -211,7 +211,7 @@ class TrainerState:
             log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
             return
         self.iteration = int(extra["iteration"])
-        self.sampler.load_state_dict(extra["sampler"])
+        self.task_pool.load_state_dict(extra["sampler"])
         self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
         self.skipped_iterations = int(extra.get("skipped_iterations", 0))
         self.async_round = int(extra.get("async_round", 0))
@@ -225,7 +225,7 @@ class TrainerState:
 
     def _boundary(self) -> Boundary:
         """What an iteration changes besides the weights, as it was before the iteration."""
-        if self.collector is not None:  # the producer owns the sampler: its taken position
+        if self.collector is not None:  # the producer owns the task pool: its taken position
             return (
                 self.iteration,
                 self.collector.position,
@@ -234,7 +234,7 @@ class TrainerState:
             )
         return (
             self.iteration,
-            self.sampler.state_dict(),
+            self.task_pool.state_dict(),
             copy.deepcopy(self.solve_counts),
             self.skipped_iterations,
         )
@@ -243,13 +243,13 @@ class TrainerState:
         """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
         run redoes it with the same tasks (Ctrl-C mostly lands during rollouts). Optimiser steps
         it already took stay in the weights."""
-        iteration, sampler, solve_counts, skipped = boundary
+        iteration, pool, solve_counts, skipped = boundary
         if iteration == self.iteration:
-            if isinstance(sampler, tuple):  # the producer's (_boundary, async collection)
+            if isinstance(pool, tuple):  # the producer's (_boundary, async collection)
                 assert self.collector is not None
-                self.collector.rewind(sampler)
+                self.collector.rewind(pool)
             else:
-                self.sampler.load_state_dict(sampler)
+                self.task_pool.load_state_dict(pool)
             self.solve_counts, self.skipped_iterations = solve_counts, skipped
 
     def close(self) -> None:

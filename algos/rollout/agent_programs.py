@@ -2,7 +2,7 @@
 
 The agent program talks to the policy only through an OpenAI-compatible endpoint, so any agent
 written against the ``openai`` client is trainable. Per rollout call an ``agents.gateway.Gateway``
-serves the policy's sampler engine on localhost; every episode gets its own API key, which
+serves the policy's engine on localhost; every episode gets its own API key, which
 names its gateway session (the gateway keeps only a hash of it). The env rewards the episode;
 the gateway session gives its token-exact ``Trajectory``, which the learner trains on.
 
@@ -74,7 +74,7 @@ class _Limits:
 
 
 class _RunSampling:
-    """The sampler engine under the run's sampling settings (the gateway's engine)."""
+    """The engine under the run's sampling settings (what the gateway serves)."""
 
     def __init__(self, model: Any, cfg: _Limits):
         self.model, self.cfg = model, cfg
@@ -159,16 +159,16 @@ def _wrap_env(
     return EpisodeEnv(env)
 
 
-def _engine_view(task: Any, engine: _RunSampling) -> Any:
+def _engine_view(task: Any, sampling: _RunSampling) -> Any:
     """The task as the engine sees it in each turn's metadata: whole only for an oracle."""
     from agents.react import needs_answer, public_task
 
-    return task if task is None or needs_answer(engine.model) else public_task(task)
+    return task if task is None or needs_answer(sampling.model) else public_task(task)
 
 
 def _episode(
     gateway: Gateway,
-    engine: _RunSampling,
+    sampling: _RunSampling,
     factory: AgentFactory,
     make_env: Callable[[], Any],
     task_id: str | None,
@@ -188,7 +188,7 @@ def _episode(
             seed,
             spec.episode_timeout_s,
             traj,
-            lambda task: gateway.open_session(sid, task=_engine_view(task, engine)),
+            lambda task: gateway.open_session(sid, task=_engine_view(task, sampling)),
         )
         program = factory(base_url=gateway.url, api_key=api_key, model=gateway.name)
         program(env)
@@ -205,16 +205,16 @@ def _episode(
                 env.close()
             except Exception as e:  # noqa: BLE001
                 traj.error = (traj.error or "") + f"\nenv.close() failed: {type(e).__name__}: {e}"
-    if sid in engine.overflowed and traj.finish_reason == "error":
+    if sid in sampling.overflowed and traj.finish_reason == "error":
         traj.finish_reason = "context_overflow"
     recorded = gateway.pop_session(sid)
     traj.turns = recorded.turns  # every segment: the learner trains each (scoring.segments)
     traj.token_exact = bool(traj.turns)
     traj.model = recorded.model
     traj.sampling = {
-        "temperature": engine.cfg.temperature,
+        "temperature": sampling.cfg.temperature,
         "top_p": 1.0,
-        "max_new_tokens": engine.cfg.max_new_tokens,
+        "max_new_tokens": sampling.cfg.max_new_tokens,
     }
     traj.agent = {**recorded.agent, "program": spec.agent}
     traj.wall_s = time.perf_counter() - started
@@ -223,7 +223,7 @@ def _episode(
 
 def run_agent_rollouts(
     spec: Any,
-    sampler: Any,
+    engine: Any,
     task_ids: Sequence[str],
     n_per_task: int,
     seed: int,
@@ -231,7 +231,7 @@ def run_agent_rollouts(
 ) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order, episode ``j`` seeded ``seed + j``)
     of ``spec.agent``'s program, ``spec.concurrency`` at once, through a gateway in front of
-    ``sampler`` (a token engine: ``TransformersModel``, ``VLLMModel``).
+    ``engine`` (a token engine: ``TransformersModel``, ``VLLMModel``).
 
     ``spec``: an ``algos.rollout.collect.RolloutSpec`` with ``agent`` set (``env``, ``env_kwargs``,
     ``concurrency``, ``episode_timeout_s``, and ``agent_kwargs`` holding ``params`` and
@@ -245,11 +245,11 @@ def run_agent_rollouts(
     limits = _Limits(
         params.temperature, params.max_new_tokens, spec.agent_kwargs["max_context_tokens"]
     )
-    engine = _RunSampling(sampler, limits)
+    sampling = _RunSampling(engine, limits)
     jobs = [(tid, seed + j) for tid in task_ids for j in range(n_per_task)]
     results: list[Trajectory | None] = [None] * len(jobs)
     with (
-        Gateway(engine, default_max_tokens=limits.max_new_tokens) as gateway,
+        Gateway(sampling, default_max_tokens=limits.max_new_tokens) as gateway,
         ThreadPoolExecutor(
             max_workers=spec.concurrency, thread_name_prefix="agent-episode"
         ) as pool,
@@ -258,7 +258,7 @@ def run_agent_rollouts(
             pool.submit(
                 _episode,
                 gateway,
-                engine,
+                sampling,
                 factory,
                 lambda: gymnasium.make(spec.env, **spec.env_kwargs),
                 tid,

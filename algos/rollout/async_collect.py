@@ -2,10 +2,10 @@
 by a producer thread (``algos.rollout.async_producer``), stale groups dropped, the rest scored and
 filtered exactly as in the synchronous loop, and refilled from the next rounds.
 
-A round is ``problems_per_iteration`` tasks drawn from the task sampler, ``group_size``
+A round is ``problems_per_iteration`` tasks drawn from the task pool, ``group_size``
 episodes each, seeded ``seed + 1000 * round`` (the round number counts every round of the run, so
-a resumed run draws the same tasks and seeds). The producer owns the task sampler while it runs;
-:attr:`AsyncCollector.position` (next round, sampler state after the last round taken) is what
+a resumed run draws the same tasks and seeds). The producer owns the task pool while it runs;
+:attr:`AsyncCollector.position` (next round, task pool state after the last round taken) is what
 a checkpoint stores: rounds rolled out but not yet taken are regenerated on resume, from the
 checkpoint's weights, never saved.
 """
@@ -24,7 +24,7 @@ from algos.rollout.collect import (
     Collected,
     CollectPlan,
     RolloutSpec,
-    TaskSampler,
+    TaskPool,
     count_solves,
     run_rollouts,
 )
@@ -37,7 +37,7 @@ class ProducedRound:
 
     problems: list[str]
     trajs: list[Trajectory]
-    sampler_state: dict[str, Any]  # the task sampler after this round's tasks were drawn
+    pool_state: dict[str, Any]  # the task pool after this round's tasks were drawn
 
 
 @dataclass
@@ -58,8 +58,8 @@ class AsyncCollector:
     Args:
         plan: problems per round, group size, refills, base seed.
         spec: the env and agent settings of every episode.
-        tasks: the task sampler (the producer draws from it while it runs).
-        sampler: the rollout engine (an ``agents`` model with its own copy of the weights).
+        tasks: the task pool (the producer draws from it while it runs).
+        engine: the rollout engine (an ``agents`` model with its own copy of the weights).
         max_staleness: K; also how many rounds the producer may run ahead.
         start_round: the first round's number (a resumed run's ``position[0]``).
     """
@@ -68,12 +68,12 @@ class AsyncCollector:
         self,
         plan: CollectPlan,
         spec: RolloutSpec,
-        tasks: TaskSampler,
-        sampler: Any,
+        tasks: TaskPool,
+        engine: Any,
         max_staleness: int,
         start_round: int = 0,
     ):
-        self.plan, self.spec, self.tasks, self.sampler = plan, spec, tasks, sampler
+        self.plan, self.spec, self.tasks, self.engine = plan, spec, tasks, engine
         self.max_staleness = max_staleness
         self.position: tuple[int, dict[str, Any]] = (start_round, tasks.state_dict())
         self._source: AsyncRollouts[ProducedRound] | None = None
@@ -105,7 +105,7 @@ class AsyncCollector:
         problems = self.tasks.sample(self.plan.problems_per_iteration)
         state = self.tasks.state_dict()
         trajs = run_rollouts(
-            self.spec, self.sampler, problems, self.plan.group_size, self.plan.seed + 1_000 * index
+            self.spec, self.engine, problems, self.plan.group_size, self.plan.seed + 1_000 * index
         )
         return ProducedRound(problems, trajs, state)
 
@@ -134,7 +134,7 @@ class AsyncCollector:
         rounds = group_base = 0
         while True:
             got = self._source.get()
-            self.position = (got.index + 1, got.value.sampler_state)
+            self.position = (got.index + 1, got.value.pool_state)
             trajs = got.value.trajs
             groups = [group_base + i // self.plan.group_size for i in range(len(trajs))]
             group_base += len(got.value.problems)

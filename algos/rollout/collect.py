@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------
-# The task pool and sampler
+# The task pool
 # ------------------------------------------------------------------------------------------
 
 
@@ -88,7 +88,7 @@ def filter_pool_by_solve_rate(pool: list[str], path: str | Path, high: float = 2
     return kept
 
 
-class TaskSampler:
+class TaskPool:
     """Shuffled passes over the pool (a fresh permutation per epoch, from ``seed``)."""
 
     def __init__(self, pool: Sequence[str], seed: int = 0):
@@ -121,7 +121,7 @@ class TaskSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if list(state["pool"]) != self.pool:
-            log.warning("task pool changed since the checkpoint; restarting the sampler's epoch")
+            log.warning("task pool changed since the checkpoint; restarting the pool's epoch")
             return
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)
@@ -182,7 +182,7 @@ class RolloutSpec:
 
 @runtime_checkable
 class EpisodeRunner(Protocol):
-    """A sampler that runs whole episodes itself (``algos.engine.RayRollouts``)."""
+    """An engine that runs whole episodes itself (``algos.engine.RayRollouts``)."""
 
     def run_episodes(
         self,
@@ -195,25 +195,25 @@ class EpisodeRunner(Protocol):
 
 def run_rollouts(
     spec: RolloutSpec,
-    sampler: Any,
+    engine: Any,
     task_ids: Sequence[str],
     n_per_task: int,
     seed: int,
     progress: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``, or the
-    sampler's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds."""
+    engine's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds."""
     from agents.rollout import rollout
 
-    if isinstance(sampler, EpisodeRunner):
-        return sampler.run_episodes(task_ids, n_per_task, seed, progress)
+    if isinstance(engine, EpisodeRunner):
+        return engine.run_episodes(task_ids, n_per_task, seed, progress)
     if spec.agent:
         from algos.rollout.agent_programs import run_agent_rollouts
 
-        return run_agent_rollouts(spec, sampler, task_ids, n_per_task, seed, progress)
+        return run_agent_rollouts(spec, engine, task_ids, n_per_task, seed, progress)
     return rollout(
         spec.env,
-        sampler,
+        engine,
         list(task_ids),
         n_per_task=n_per_task,
         concurrency=spec.concurrency,
@@ -296,7 +296,7 @@ class Collected:
 
 def roll_out_groups(
     spec: RolloutSpec,
-    sampler: Any,
+    engine: Any,
     task_ids: Sequence[str],
     group_size: int,
     seed: int,
@@ -305,7 +305,7 @@ def roll_out_groups(
 ) -> tuple[list[Trajectory], list[int]]:
     """``group_size`` episodes per task; returns ``(trajectories, group index of each)`` with
     groups numbered from ``group_base`` (one per task, task-major)."""
-    trajs = run_rollouts(spec, sampler, task_ids, group_size, seed, progress)
+    trajs = run_rollouts(spec, engine, task_ids, group_size, seed, progress)
     return trajs, [group_base + i // group_size for i in range(len(trajs))]
 
 
@@ -322,8 +322,8 @@ def collect(
     plan: CollectPlan,
     scoring: ScoringSpec,
     spec: RolloutSpec,
-    tasks: TaskSampler,
-    sampler: Any,
+    tasks: TaskPool,
+    engine: Any,
     reward_fn: Callable[[Trajectory], float] | None,
     counters: Counters,
     *,
@@ -332,7 +332,7 @@ def collect(
     tick: Callable[[Trajectory], None] | None = None,
 ) -> Collected:
     """Iteration ``iteration`` (0-based): roll out groups of the tasks ``tasks`` hands out with
-    ``sampler``, score and filter them, and refill while fewer than ``plan.needed`` survive
+    ``engine``, score and filter them, and refill while fewer than ``plan.needed`` survive
     (at most ``plan.max_refill_rounds`` extra rounds)."""
     kept: list[Scored] = []
     rewards: list[float] = []
@@ -343,7 +343,7 @@ def collect(
         problems = tasks.sample(n_problems)
         trajs, groups = roll_out_groups(
             spec,
-            sampler,
+            engine,
             problems,
             plan.group_size,
             plan.round_seed(iteration, rounds),

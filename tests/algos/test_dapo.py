@@ -81,7 +81,7 @@ def test_dapo_multi_turn_one_iteration(tmp_path: Path):
         concurrency=4,
     )
     model, tok, path = load_policy_model("tiny-random", Path(cfg.run_dir))
-    policy = Policy(model, tok, path, sampler=_varied_script(tok), on_policy=False)
+    policy = Policy(model, tok, path, engine=_varied_script(tok), on_policy=False)
     trainer = Trainer(cfg, "dapo", policy=policy)
     rows = trainer.run()
     (row,) = rows

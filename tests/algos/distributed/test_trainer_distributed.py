@@ -86,9 +86,9 @@ def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
         )
         trainer = Trainer(cfg, "dapo")
         try:
-            assert isinstance(trainer.policy.sampler, RayRollouts)
+            assert isinstance(trainer.policy.engine, RayRollouts)
             rows = trainer.run()
-            engine = trainer.policy.sampler.engines[0]
+            engine = trainer.policy.engine.engines[0]
             assert ray.get(engine.version.remote()) == 2  # one push per iteration
         finally:
             trainer.close()

@@ -93,9 +93,9 @@ def test_trainer_sampler_and_reference_follow_the_learners_device(tmp_path: Path
         assert trainer.policy.shares_weights
         assert {p.device for p in trainer.learner.model.parameters()} == {META}
         assert {p.device for p in trainer.learner.ref_model.parameters()} == {META}
-        assert trainer.policy.sampler.device == META
+        assert trainer.policy.engine.device == META
         seen = spy_generation(monkeypatch, trainer.policy.model)
-        generate_once(trainer.policy.sampler)
+        generate_once(trainer.policy.engine)
         assert seen["generators"] == [META]
         assert set(seen["inputs"]) == {META}
     finally:
@@ -110,10 +110,10 @@ def test_engine_copy_follows_the_training_device(tmp_path: Path, monkeypatch):
     policy = policy_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"), tmp_path / "run")
     try:
         assert not policy.shares_weights
-        engine = policy.sampler.model
+        engine = policy.engine.model
         assert {(p.device, p.dtype) for p in engine.parameters()} == {(META, torch.bfloat16)}
         seen = spy_generation(monkeypatch, engine)
-        generate_once(policy.sampler)
+        generate_once(policy.engine)
         assert seen["generators"] == [META] and set(seen["inputs"]) == {META}
     finally:
         policy.close()

@@ -80,7 +80,7 @@ def test_every_rollout_failing_stops_the_run_with_the_first_error(tmp_path: Path
     def reply(conversation):
         raise RuntimeError("Expected all tensors to be on the same device")
 
-    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok), on_policy=False)
+    policy = Policy(model, tok, path, engine=ScriptedModel(reply, tokenizer=tok), on_policy=False)
     trainer = Trainer(cfg, "dapo", policy=policy)
     with pytest.raises(
         EpisodesFailed,

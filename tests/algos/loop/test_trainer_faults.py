@@ -103,7 +103,7 @@ def test_trajectory_longer_than_context_is_truncated_and_counted(tmp_path: Path)
 
     from agents.models import ScriptedModel
 
-    policy = Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok), on_policy=False)
+    policy = Policy(model, tok, path, engine=ScriptedModel(reply, tokenizer=tok), on_policy=False)
     (row,) = Trainer(cfg, "dapo", policy=policy).run()
     assert row["truncated"] == 8 and row["kept"] == 8 and row["optimizer_steps"] >= 1
 

@@ -18,7 +18,7 @@ from agents.models import ScriptedModel
 from algos import objectives
 from algos.dapo import DAPOConfig
 from algos.grpo import GRPOConfig
-from algos.loop.trainer import Policy, TaskSampler, Trainer, load_policy_model, read_metrics
+from algos.loop.trainer import Policy, TaskPool, Trainer, load_policy_model, read_metrics
 from algos.rollout import collect as rollouts_mod
 from tests.algos import toy_run
 
@@ -60,12 +60,12 @@ def scripted_policy(cfg, constant: set[str]) -> Policy:
             n = calls[task] = calls.get(task, -1) + 1
         return MISS if task in constant or n % 2 else HIT
 
-    return Policy(model, tok, path, sampler=ScriptedModel(reply, tokenizer=tok), on_policy=False)
+    return Policy(model, tok, path, engine=ScriptedModel(reply, tokenizer=tok), on_policy=False)
 
 
 def order(seed: int = 0) -> list[str]:
     """The tasks the trainer's sampler hands out, in order (one epoch)."""
-    return TaskSampler(POOL, seed).sample(len(POOL))
+    return TaskPool(POOL, seed).sample(len(POOL))
 
 
 def record_rollouts(monkeypatch, interrupt_at: int | None = None) -> list[list[str]]:

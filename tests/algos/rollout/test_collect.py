@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from algos.rollout import collect as rollouts
-from algos.rollout.collect import CollectPlan, TaskSampler, collect, count_solves, roll_out_groups
+from algos.rollout.collect import CollectPlan, TaskPool, collect, count_solves, roll_out_groups
 from algos.rollout.scoring import Counters, ScoringSpec
 from tests.algos.fake_episodes import traj
 
 
 def test_sampler_covers_the_pool_once_per_epoch_and_resumes_where_it_stopped(caplog):
     pool = [f"t{i}" for i in range(5)]
-    s = TaskSampler(pool, seed=3)
+    s = TaskPool(pool, seed=3)
     first = s.sample(5)
     assert sorted(first) == pool
     second = s.sample(5)
@@ -24,25 +24,25 @@ def test_sampler_covers_the_pool_once_per_epoch_and_resumes_where_it_stopped(cap
     s.sample(2)
     state = s.state_dict()
     assert state == {"epoch": 2, "position": 2, "pool": pool}  # passes made, place in this one
-    resumed = TaskSampler(pool, seed=3)
+    resumed = TaskPool(pool, seed=3)
     resumed.load_state_dict(state)
     assert resumed.sample(6) == s.sample(6)
-    assert TaskSampler(pool, seed=3).sample(5) == first  # seeded
-    assert TaskSampler(pool, seed=4).sample(10) != first + second
-    changed = TaskSampler(pool + ["t5"], seed=3)
+    assert TaskPool(pool, seed=3).sample(5) == first  # seeded
+    assert TaskPool(pool, seed=4).sample(10) != first + second
+    changed = TaskPool(pool + ["t5"], seed=3)
     with caplog.at_level("WARNING", logger="algos.rollout.collect"):
         changed.load_state_dict(state)  # a different pool: starts over, and says so
     assert (changed.epoch, changed.position) == (0, 0)
     assert "task pool changed since the checkpoint" in caplog.text
     with pytest.raises(Exception, match="empty"):
-        TaskSampler([])
+        TaskPool([])
 
 
 def test_count_solves_accumulates_attempts_and_resolutions():
     counts: dict[str, list[int]] = {"a": [2, 1]}
     count_solves(counts, [traj("a", reward=1.0), traj("a", reward=0.0), traj("b", reward=1.0)])
     assert counts == {"a": [4, 2], "b": [1, 1]}
-    assert Counter(TaskSampler(["x", "y"], seed=0).sample(6)) == {"x": 3, "y": 3}
+    assert Counter(TaskPool(["x", "y"], seed=0).sample(6)) == {"x": 3, "y": 3}
 
 
 def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(monkeypatch):
@@ -51,7 +51,7 @@ def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(mon
     the progress bar once, and each round has its own seed block."""
     calls = []
 
-    def fake_rollouts(spec, sampler, task_ids, n_per_task, seed, progress=None):
+    def fake_rollouts(spec, engine, task_ids, n_per_task, seed, progress=None):
         calls.append((list(task_ids), seed))
         out = [traj(tid, reward=float(j == 0)) for tid in task_ids for j in range(n_per_task)]
         for t in out:
@@ -70,7 +70,7 @@ def test_collect_refills_keep_every_round_with_groups_numbered_across_rounds(mon
         plan,
         ScoringSpec(filter="nonconstant_group"),
         None,
-        TaskSampler(["a", "b", "c", "d"], seed=0),
+        TaskPool(["a", "b", "c", "d"], seed=0),
         None,
         None,
         Counters(),
