@@ -232,7 +232,9 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     rows = [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
     all_path = work / "tasks.jsonl"
     all_path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-    train, held = work / "train.jsonl", work / "heldout.jsonl"
+    # the split's whole sides, kept as written (a re-run reads them again); the stages read
+    # the capped copies
+    split_train, split_held = work / "split-train.jsonl", work / "split-heldout.jsonl"
     run(
         "split",
         "-m",
@@ -243,25 +245,25 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
         "--seed",
         str(syn.get("seed", 0)),
         "--train",
-        str(train),
+        str(split_train),
         "--test",
-        str(held),
+        str(split_held),
     )
-    rl = work / "rl.jsonl"
-    if syn.get("max_rl"):  # DAPO's own tasks: the training side's rows after RFT's max_train
-        side = train.read_text(encoding="utf-8").splitlines()
-        start = syn.get("max_train") or len(side)
-        rl_rows = side[start : start + syn["max_rl"]]
+    train, held, rl = work / "train.jsonl", work / "heldout.jsonl", work / "rl.jsonl"
+    side = split_train.read_text(encoding="utf-8").splitlines()
+    n_train = min(syn.get("max_train") or len(side), len(side))
+    # whole rows dropped: the split's function property still holds
+    train.write_text("".join(r + "\n" for r in side[:n_train]), encoding="utf-8")
+    held_rows = split_held.read_text(encoding="utf-8").splitlines()[: syn.get("max_held_out")]
+    held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
+    if syn.get("max_rl"):  # DAPO's own tasks: the training side's rows after RFT's
+        rl_rows = side[n_train : n_train + syn["max_rl"]]
         if not rl_rows:
             raise SystemExit(
                 f"synth.max_rl={syn['max_rl']}: no training-side task is left after "
-                f"max_train={start} ({len(side)} in all); raise max_candidates"
+                f"max_train={n_train} ({len(side)} in all); raise max_candidates"
             )
         rl.write_text("".join(r + "\n" for r in rl_rows), encoding="utf-8")
-    for path, cap in ((train, syn.get("max_train")), (held, syn.get("max_held_out"))):
-        if cap is not None:  # whole rows dropped: the split's function property still holds
-            kept = path.read_text(encoding="utf-8").splitlines()[:cap]
-            path.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
     fn = [
         {json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
         for p in (train, held)
