@@ -135,3 +135,13 @@ def pytest_make_collect_report(collector):
     report = outcome.get_result()
     if report.skipped and _in_ci() and not _allowed(collector):
         _fail_skip(report, collector.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    """A test that takes the Docker daemon (the ``docker_client`` fixture, directly or through
+    another fixture) is a ``docker`` test whether or not its module says so, so the fast lane
+    (``-m "not docker"``) leaves it out rather than reaching for a daemon."""
+    for item in items:
+        if "docker_client" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)

@@ -81,6 +81,7 @@ class _HangingModel:
         return self.inner.generate(conversation, params)
 
 
+@pytest.mark.slow  # 15 s: waits out a hanging episode's timeout
 def test_failing_and_hanging_episodes_do_not_stall_the_others(starter_task_ids):
     tasks = starter_task_ids[:4]
     model = _HangingModel(hang_task=tasks[1])

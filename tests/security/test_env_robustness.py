@@ -190,6 +190,7 @@ def test_endless_output_ends_at_the_timeout_with_a_bounded_observation(make_env,
     assert "alive" in obs
 
 
+@pytest.mark.slow  # about 16 s: a dozen pathological commands, each to its timeout
 @pytest.mark.timeout(300)
 def test_pathological_actions_are_answered(make_env):
     env = make_env(command_timeout=5)

@@ -204,6 +204,7 @@ def test_unknown_repo_names_the_accepted_ones():
 # ---------------------------------------------------------------------------- validation
 
 
+@pytest.mark.slow  # about 16 s: every bundled task's tests, twice
 def test_every_task_validates(cache, tmp_path):
     # Two at a time: each task is two short pytest runs in subprocesses.
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -82,7 +82,8 @@ def test_single_rank_is_document_masked_attention_with_exact_backward():
         assert (a - b).abs().max() < TOL
 
 
-@pytest.mark.parametrize("cp", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # 11-18 s: torchrun with 2 or 4 ranks
+@pytest.mark.parametrize("cp", [2, 4])
 def test_ring_attention_and_llama_on_cp_ranks_match_unsplit(run_worker, cp):
     """gloo ranks; packed docs incl. a 1-token doc and padding; fwd + bwd, fp32."""
     res = run_worker("cp_worker.py", cp)

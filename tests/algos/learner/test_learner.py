@@ -377,6 +377,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # 16-30 s: three training processes, one killed mid-checkpoint
 def test_killed_process_resumes_from_last_complete_checkpoint(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), repo=str(REPO)))

@@ -3,8 +3,6 @@ built once per session and shared by the tests; uv's own download cache stays th
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from swe_gym.paths import CACHE_ENV
@@ -12,25 +10,31 @@ from tests.swe_gym.taskenv.genrepos import oldpy_repo, shadow_repo
 
 
 @pytest.fixture(scope="session")
-def env_cache(tmp_path_factory):
-    old = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("swe_gym_cache"))
-    yield os.environ[CACHE_ENV]
-    if old is None:
-        os.environ.pop(CACHE_ENV, None)
-    else:
-        os.environ[CACHE_ENV] = old
+def env_cache_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("swe_gym_cache"))
+
+
+@pytest.fixture(autouse=True)
+def env_cache(env_cache_dir, monkeypatch) -> str:
+    """This directory's tests, and only they, see the shared temp cache (set per test: a
+    session-wide variable would leak into whatever test a worker runs next)."""
+    monkeypatch.setenv(CACHE_ENV, env_cache_dir)
+    return env_cache_dir
 
 
 @pytest.fixture(scope="session")
-def oldpy(env_cache, tmp_path_factory) -> tuple[dict, str]:
+def oldpy(env_cache_dir, tmp_path_factory) -> tuple[dict, str]:
     """(row, repos_dir) of the generated ``gen/oldpy`` (Python 3.9, pins, pip install -e .)."""
     repos = tmp_path_factory.mktemp("repos")
-    return oldpy_repo(repos), str(repos)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CACHE_ENV, env_cache_dir)
+        return oldpy_repo(repos), str(repos)
 
 
 @pytest.fixture(scope="session")
-def shadow(env_cache, tmp_path_factory) -> tuple[dict, str]:
+def shadow(env_cache_dir, tmp_path_factory) -> tuple[dict, str]:
     """(row, repos_dir) of the generated ``gen/cachetools`` (a package the host also has)."""
     repos = tmp_path_factory.mktemp("repos")
-    return shadow_repo(repos), str(repos)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CACHE_ENV, env_cache_dir)
+        return shadow_repo(repos), str(repos)
