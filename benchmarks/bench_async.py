@@ -138,7 +138,7 @@ def calibrate_delay(root: Path, seed: int, factor: float = 1.5) -> float:
     """``factor`` x the learner's seconds per iteration, measured on a 2-iteration K = 0 run
     without delay: rollouts then take most of a synchronous iteration, whatever the machine."""
     from algos import grpo
-    from algos.loop.trainer import read_metrics
+    from algos.loop.metrics import read_metrics
 
     run_dir = root / "calibrate"
     grpo.main(
@@ -185,7 +185,7 @@ def summarise(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 def run(name: str, args: list[str], ks: list[int], root: Path) -> dict[int, dict[str, Any]]:
     from algos import grpo
-    from algos.loop.trainer import read_metrics
+    from algos.loop.metrics import read_metrics
 
     out = {}
     for k in ks:

@@ -55,7 +55,6 @@ from typing import Any
 
 from agents.trajectory import Trajectory
 from algos.config import ConfigError, to_dict
-from algos.engine import Policy, RayRollouts, build_policy, load_policy_model
 from algos.learner.samples import Sample
 from algos.loop.metrics import (
     METRICS_FILE,
@@ -66,32 +65,18 @@ from algos.loop.metrics import (
     ProgressBar,
     format_table,
     iteration_row,
-    read_metrics,
     reduce_step_metrics,
 )
 from algos.loop.run_state import InterruptGuard, broadcast_object, checkpoint_due, save_interrupted
 from algos.loop.trainer_state import TrainerState
 from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
-from algos.rl_common import PolicyGradientConfig, learner_config_from, validate_rl_config
-from algos.rollout.collect import Collected, TaskPool, collect, run_rollouts
+from algos.rl_common import PolicyGradientConfig
+from algos.rollout.collect import Collected, collect, run_rollouts
 from algos.rollout.scoring import Counters, EpisodesFailed, to_samples
 
 # What users import from here (the loop's public names live in the role modules)
-__all__ = [
-    "DynamicSamplingExhausted",
-    "EpisodesFailed",
-    "Policy",
-    "RayRollouts",
-    "TaskPool",
-    "Trainer",
-    "build_policy",
-    "learner_config_from",
-    "load_policy_model",
-    "read_metrics",
-    "run_cli",
-    "validate_rl_config",
-]
+__all__ = ["DynamicSamplingExhausted", "Trainer", "run_cli"]
 
 log = logging.getLogger(__name__)
 

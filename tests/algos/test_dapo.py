@@ -13,7 +13,9 @@ import pytest
 from agents.models import ScriptedModel
 from algos import dapo
 from algos.dapo import DAPOConfig
-from algos.loop.trainer import Policy, Trainer, load_policy_model, read_metrics
+from algos.engine import Policy, load_policy_model
+from algos.loop.metrics import read_metrics
+from algos.loop.trainer import Trainer
 from tests.algos.toy_run import toy_argv
 
 TOY = toy_argv()

@@ -16,7 +16,9 @@ import pytest
 from agents.models import ScriptedModel
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.loop.trainer import EpisodesFailed, Policy, Trainer, load_policy_model
+from algos.engine import Policy, load_policy_model
+from algos.loop.trainer import Trainer
+from algos.rollout.scoring import EpisodesFailed
 from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[3]

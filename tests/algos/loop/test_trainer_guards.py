@@ -17,9 +17,12 @@ import pytest
 from agents.models import ScriptedModel
 from algos import objectives
 from algos.dapo import DAPOConfig
+from algos.engine import Policy, load_policy_model
 from algos.grpo import GRPOConfig
-from algos.loop.trainer import Policy, TaskPool, Trainer, load_policy_model, read_metrics
+from algos.loop.metrics import read_metrics
+from algos.loop.trainer import Trainer
 from algos.rollout import collect as rollouts_mod
+from algos.rollout.collect import TaskPool
 from tests.algos import toy_run
 
 POOL = ["toy-0", "toy-1", "toy-2", "toy-3"]  # ToyKeyword-v0's default tasks

@@ -210,7 +210,7 @@ def test_dapo_learns_through_the_gateway(tmp_path: Path):
     """The toy learning test (tests/algos/test_learning.py), with the example agent program
     driving every episode through the gateway instead of the built-in agent."""
     from algos import dapo
-    from algos.loop.trainer import read_metrics
+    from algos.loop.metrics import read_metrics
     from tests.algos.test_learning import LEARNING_ARGS
 
     run = tmp_path / "run"
