@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="DAPO's tasks: this many training-side tasks after RFT's (0: RFT's own tasks)",
+    )
+    p.add_argument(
+        "--rft-repos",
+        default=None,
+        help="comma-separated: RFT's tasks come from these repositories only, DAPO's and the "
+        "held-out ones from the others",
     )
     p.add_argument("--runs", type=int, default=None, help="R, held-out runs per task and stage")
     p.add_argument("--own-runs", type=int, default=None, help="own runs per training task")
@@ -116,6 +123,7 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
         (args.max_train, "synth", "max_train"),
         (args.max_held_out, "synth", "max_held_out"),
         (args.max_rl, "synth", "max_rl"),
+        (args.rft_repos and args.rft_repos.split(","), "synth", "rft_repos"),
         (args.runs, "eval", "runs"),
         (args.own_runs, "own", "runs"),
         (args.concurrency, "eval", "concurrency"),
@@ -251,13 +259,18 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     )
     train, held, rl = work / "train.jsonl", work / "heldout.jsonl", work / "rl.jsonl"
     side = split_train.read_text(encoding="utf-8").splitlines()
-    n_train = min(syn.get("max_train") or len(side), len(side))
+    held_side = split_held.read_text(encoding="utf-8").splitlines()
+    rft_side, rl_side = side, side
+    if syn.get("rft_repos"):  # RFT on these repositories; DAPO and the held-out on the others
+        rft_side, rl_side, held_side = by_repos(syn["rft_repos"], syn["repos"], side, held_side)
+    n_train = min(syn.get("max_train") or len(rft_side), len(rft_side))
     # whole rows dropped: the split's function property still holds
-    train.write_text("".join(r + "\n" for r in side[:n_train]), encoding="utf-8")
-    held_rows = split_held.read_text(encoding="utf-8").splitlines()[: syn.get("max_held_out")]
+    train.write_text("".join(r + "\n" for r in rft_side[:n_train]), encoding="utf-8")
+    held_rows = held_side[: syn.get("max_held_out")]
     held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
-    if syn.get("max_rl"):  # DAPO's own tasks: the training side's rows after RFT's
-        rl_rows = side[n_train : n_train + syn["max_rl"]]
+    if syn.get("max_rl"):  # DAPO's own tasks: training-side rows RFT never saw
+        rest = rl_side if syn.get("rft_repos") else rl_side[n_train:]
+        rl_rows = rest[: syn["max_rl"]]
         if not rl_rows:
             raise SystemExit(
                 f"synth.max_rl={syn['max_rl']}: no training-side task is left after "
@@ -285,6 +298,35 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
         "accepted": sum(s["accepted"] for s in summaries),
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def by_repos(
+    rft_repos: list[str], repos: list[str], train_side: list[str], held_side: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """``(rft, rl, held_out)`` rows: RFT's from ``rft_repos``; DAPO's and the held-out ones from
+    the other repositories (a transfer: DAPO trains where the RFT policy has not been)."""
+    names = {r.split("/")[-1] for r in rft_repos}
+    known = {r.split("/")[-1] for r in repos}
+    if not names <= known or names == known:
+        raise SystemExit(
+            f"synth.rft_repos={rft_repos}: must name some, not all, of synth.repos={repos}"
+        )
+
+    def repo(row: str) -> str:
+        return str(json.loads(row)["repo"]).split("/")[-1]
+
+    def round_robin(rows: list[str]) -> list[str]:
+        """One row of each repository in turn, so a cap takes them alike."""
+        per: dict[str, list[str]] = {}
+        for r in rows:
+            per.setdefault(repo(r), []).append(r)
+        return [r for tier in zip_longest(*per.values()) for r in tier if r is not None]
+
+    return (
+        [r for r in train_side if repo(r) in names],
+        round_robin([r for r in train_side if repo(r) not in names]),
+        round_robin([r for r in held_side if repo(r) not in names]),
+    )
 
 
 def evaluate(

@@ -23,10 +23,7 @@ def test_bench_swe_learning_toy_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], preset: str | None
 ):
     """The default (CPU) preset and the one-GPU preset, each cut to a toy size by flags."""
-    spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     out = tmp_path / "result.json"
     rc = bench.main(
         [
@@ -94,10 +91,7 @@ def test_bench_swe_learning_toy_run(
 def test_a_stage_reruns_when_a_file_it_reads_changes(tmp_path: Path):
     """Resuming reuses a finished stage only while its command and the files it names (a
     config section, a checkpoint's weights) are unchanged."""
-    spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     run = bench.Runner(tmp_path / "work", tmp_path / "repos", progress=False)
     cfg, count = tmp_path / "stage.yaml", tmp_path / "runs.txt"
     cfg.write_text("lr: 1.0e-5\n")
@@ -108,3 +102,32 @@ def test_a_stage_reruns_when_a_file_it_reads_changes(tmp_path: Path):
     cfg.write_text("lr: 2.0e-5\n")
     run("stage", *argv)
     assert count.read_text() == "xx"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_swe_learning", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_rft_repos_splits_the_stages_by_repository():
+    """``synth.rft_repos``: RFT's rows come from those repositories only; DAPO's and the
+    held-out ones from the others, one repository after the other (a cap takes both alike)."""
+    bench = _bench()
+
+    def rows(repo: str, n: int, side: str) -> list[str]:
+        return [json.dumps({"repo": f"synth/{repo}", "id": f"{repo}-{side}{i}"}) for i in range(n)]
+
+    train = rows("a", 3, "t") + rows("b", 4, "t") + rows("c", 2, "t")
+    held = rows("a", 2, "h") + rows("b", 3, "h") + rows("c", 1, "h")
+    repos = ["starter/a", "starter/b", "starter/c"]
+    rft, rl, held_out = bench.by_repos(["starter/a"], repos, train, held)
+    ids = [[json.loads(r)["id"] for r in side] for side in (rft, rl, held_out)]
+    assert ids[0] == ["a-t0", "a-t1", "a-t2"]
+    assert ids[1] == ["b-t0", "c-t0", "b-t1", "c-t1", "b-t2", "b-t3"]
+    assert ids[2] == ["b-h0", "c-h0", "b-h1", "b-h2"]
+    for bad in (["starter/zz"], repos):  # unknown, or every repository (nothing left for DAPO)
+        with pytest.raises(SystemExit, match="rft_repos"):
+            bench.by_repos(bad, repos, train, held)
