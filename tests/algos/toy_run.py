@@ -5,26 +5,28 @@ run differs (sizes, the algorithm)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 from algos.dapo import DAPOConfig
 
+# The toy run's settings, shared by the config-object tests and the CLI tests.
+TOY: dict[str, Any] = {
+    "env": "ToyKeyword-v0",
+    "env_kwargs": {"target": "e"},
+    "policy": "tiny-random",
+    "max_new_tokens": 3,
+    "max_turns": 1,
+    "max_context_tokens": 128,
+    "progress": False,
+}
+
 
 def toy_fields(run_dir: Path, **kw: Any) -> dict[str, Any]:
     """The toy run's config fields, written to ``run_dir``; ``kw`` over them."""
-    return {
-        "run_dir": str(run_dir),
-        "env": "ToyKeyword-v0",
-        "env_kwargs": {"target": "e"},
-        "policy": "tiny-random",
-        "max_new_tokens": 3,
-        "max_turns": 1,
-        "max_context_tokens": 128,
-        "progress": False,
-        **kw,
-    }
+    return {"run_dir": str(run_dir), **copy.deepcopy(TOY), **kw}  # a test may change env_kwargs
 
 
 def toy_cfg(tmp_path: Path, cls: type = DAPOConfig, name: str = "run", **kw: Any) -> Any:
@@ -35,21 +37,15 @@ def toy_cfg(tmp_path: Path, cls: type = DAPOConfig, name: str = "run", **kw: Any
     return cls(**toy_fields(tmp_path / name, **kw))
 
 
-# The CLI tests' toy run (`python -m algos.dapo` flags): toy_fields' settings at the small sizes
-# those tests share (group 4, 2 problems, batch 2).
+# The CLI tests' toy run (`python -m algos.dapo` flags): TOY at the small sizes those tests
+# share (group 4, 2 problems, batch 2).
 TOY_FLAGS: dict[str, Any] = {
-    "env": "ToyKeyword-v0",
-    "env_kwargs": {"target": "e"},
-    "policy": "tiny-random",
-    "max_new_tokens": 3,
-    "max_turns": 1,
-    "max_context_tokens": 128,
+    **TOY,
     "group_size": 4,
     "problems_per_iteration": 2,
     "batch_size": 2,
     "length_penalty": False,
     "lr": 1e-3,
-    "progress": False,
 }
 
 
