@@ -53,6 +53,8 @@ def stage_stats(out: Path, wall: float) -> dict[str, Any]:
         "pass@1": s["pass@1"],
         "stderr": s["pass@1_stderr"],
         "per_run": s["pass@1_per_run"],
+        # each task's resolved share over its runs: the paired comparison of two stages
+        "per_task": {iid: t["resolved"] / t["n"] for iid, t in s["per_task"].items()},
         "episodes": s["num_tasks"] * s["runs"],
         "wall_s": wall,
         "resolved": sum(p["resolved"] for p in s["per_task"].values()),
@@ -67,17 +69,25 @@ def stage_stats(out: Path, wall: float) -> dict[str, Any]:
 
 
 def gain(a: dict, b: dict) -> dict[str, Any]:
-    """``b - a`` in pass@1 with the standard error of the difference (independent runs)."""
+    """``b - a`` in pass@1 with the standard error of the difference (independent runs), and,
+    where both stages ran the same tasks, the paired one: the s.e. of the mean of the tasks'
+    differences, which also counts how much the result depends on which tasks were drawn."""
     diff = b["pass@1"] - a["pass@1"]
     se = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
     # non-overlapping 2-s.e. intervals: the issue's bar for "RFT beats base"
     apart = b["pass@1"] - 2 * b["stderr"] > a["pass@1"] + 2 * a["stderr"]
-    return {
+    out: dict[str, Any] = {
         "gain": diff,
         "stderr": se,
         "above_2se": bool(diff > 2 * se and diff > 0),
         "intervals_apart": bool(apart),
     }
+    ta, tb = a.get("per_task") or {}, b.get("per_task") or {}
+    if len(ta) >= 2 and ta.keys() == tb.keys():
+        d = [tb[k] - ta[k] for k in ta]
+        out["paired_stderr"] = statistics.stdev(d) / math.sqrt(len(d))
+        out["paired_tasks"] = len(d)
+    return out
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -141,10 +151,15 @@ def report(
             + ", ".join(f"{e}: {v:.3f}" for e, v in probe)
         )
     for k, g in gains.items():
+        paired = (
+            f"; paired over {g['paired_tasks']} tasks: s.e. {g['paired_stderr']:.3f}"
+            if "paired_stderr" in g
+            else ""
+        )
         print(
             f"{k}: {g['gain']:+.3f} (s.e. {g['stderr']:.3f}): "
             f"{'above' if g['above_2se'] else 'not above'} two standard errors; 2-s.e. "
-            f"intervals {'apart' if g['intervals_apart'] else 'overlap'}"
+            f"intervals {'apart' if g['intervals_apart'] else 'overlap'}{paired}"
         )
     val = [r for r in dapo_rows if r.get("val_pass1") is not None]
     if len(val) >= 2:  # DAPO's validation on its own tasks (val_runs): first and last

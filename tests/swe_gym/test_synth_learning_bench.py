@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,29 @@ def test_rft_repos_splits_the_stages_by_repository():
     for bad in (["starter/zz"], repos):  # unknown, or every repository (nothing left for DAPO)
         with pytest.raises(SystemExit, match="rft_repos"):
             bench.by_repos(bad, repos, train, held)
+
+
+def test_gain_pairs_the_stages_over_their_tasks():
+    """Two stages on the same tasks: the gain's paired s.e. is that of the mean of the tasks'
+    differences (here 0, 1/3, 2/3, 1 over four tasks), beside the independent-runs one."""
+    sys.path.insert(0, str(BENCH.parent))
+    from swe_learning_report import gain
+
+    a = {
+        "pass@1": 0.25,
+        "stderr": 0.05,
+        "per_task": {"t1": 0.0, "t2": 0.0, "t3": 1 / 3, "t4": 2 / 3},
+    }
+    b = {
+        "pass@1": 0.75,
+        "stderr": 0.10,
+        "per_task": {"t1": 0.0, "t2": 1 / 3, "t3": 1.0, "t4": 2 / 3 + 1},
+    }
+    g = gain(a, b)
+    d = [0.0, 1 / 3, 2 / 3, 1.0]
+    assert g["gain"] == pytest.approx(0.5)
+    assert g["stderr"] == pytest.approx(math.hypot(0.05, 0.10))
+    assert g["paired_tasks"] == 4
+    assert g["paired_stderr"] == pytest.approx(statistics.stdev(d) / 2)
+    b.pop("per_task")  # an older result without per-task rates: no paired figure
+    assert "paired_stderr" not in gain(a, b)
