@@ -145,12 +145,12 @@ def test_gain_pairs_the_stages_over_their_tasks():
     a = {
         "pass@1": 0.25,
         "stderr": 0.05,
-        "per_task": {"t1": 0.0, "t2": 0.0, "t3": 1 / 3, "t4": 2 / 3},
+        "per_task": {"t1": 0.0, "t2": 0.0, "t3": 1 / 3, "t4": 0.0},
     }
     b = {
         "pass@1": 0.75,
         "stderr": 0.10,
-        "per_task": {"t1": 0.0, "t2": 1 / 3, "t3": 1.0, "t4": 2 / 3 + 1},
+        "per_task": {"t1": 0.0, "t2": 1 / 3, "t3": 1.0, "t4": 1.0},
     }
     g = gain(a, b)
     d = [0.0, 1 / 3, 2 / 3, 1.0]
