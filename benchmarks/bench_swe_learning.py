@@ -2,7 +2,9 @@
 
 1. Tasks: ``swe_gym.synth`` (the preset's tier: ``guided`` by default, ``easy`` in
    ``swe_learning_easy.yaml``) on the bundled repositories, split with ``swe_gym.synth.split``
-   so that no held-out task shares a function with a training task.
+   so that no held-out task shares a function with a training task. With ``synth.rft_repos``
+   (the default preset) RFT's tasks come from those repositories and DAPO's and the held-out
+   ones from the others.
 2. Base: ``python -m agents.evaluate`` on the held-out tasks (pass@1 over R runs, its s.e.), and
    the model's own runs on the training tasks (its train resolve rate, and RFT's data; none
    when ``own.runs`` is 0).
@@ -12,11 +14,12 @@
    ``format_patience`` it runs epochs until the format-valid rate stops rising.
 4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks, or with
    ``synth.max_rl`` on that many further training-side tasks RFT never saw (on its own tasks
-   RFT's policy resolves nearly every group alike, which leaves DAPO no signal).
+   RFT's policy resolves nearly every group alike, which leaves DAPO no signal; so it does on
+   other tasks of the repositories RFT trained on: ``swe_learning_mixed.yaml``).
 Every stage is evaluated the same way on the held-out tasks, with the preset's ``env_kwargs``
 (e.g. ``prompt: compact``) in every stage. Prints a table (pass@1 ± s.e., resolved count,
 format-valid rate, tokens per trajectory and the shared prompt's share, wall time), writes
-benchmarks/results/swe_learning.json and swe_learning.png with paths relative to the
+benchmarks/results/swe_learning.json and swe_learning.png (``--out``) with paths relative to the
 repository. Every stage is resumable: a re-run with the same ``--work`` reuses what finished.
 
     python benchmarks/bench_swe_learning.py [--preset FILE] [--runs 3] [--dapo-iterations 2] ...
@@ -267,6 +270,11 @@ def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> 
     # whole rows dropped: the split's function property still holds
     train.write_text("".join(r + "\n" for r in rft_side[:n_train]), encoding="utf-8")
     held_rows = held_side[: syn.get("max_held_out")]
+    if not held_rows or not n_train:
+        raise SystemExit(
+            f"{n_train} training and {len(held_rows)} held-out tasks after the split "
+            f"(synth.rft_repos={syn.get('rft_repos')}): raise synth.max_candidates"
+        )
     held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
     if syn.get("max_rl"):  # DAPO's own tasks: training-side rows RFT never saw
         rest = rl_side if syn.get("rft_repos") else rl_side[n_train:]

@@ -34,13 +34,15 @@ def test_bench_swe_learning_toy_run(
             str(tmp_path / "work"),
             "--out",
             str(out),
+            # both presets train RFT on some repositories (rft_repos) and DAPO on the others
             "--repos",
+            "starter/durations,starter/textkit",
+            "--rft-repos",
             "starter/durations",
             "--candidates",
             "5",
             "--max-train",
             "1",
-            # DAPO on a task RFT never saw (the CPU preset's max_rl, here for both presets)
             "--max-rl",
             "1",
             "--runs",
@@ -77,6 +79,8 @@ def test_bench_swe_learning_toy_run(
     rl = [json.loads(x) for x in (work / tasks["rl"]).read_text().splitlines()]
     assert len(rl) == tasks["n_rl"] == 1
     assert not {r["instance_id"] for r in rl} & {r["instance_id"] for r in train + held}
+    assert {r["repo"] for r in train} == {"synth/durations"}
+    assert {r["repo"] for r in rl + held} == {"synth/textkit"}
     # A random policy solves nothing: RFT must have warmed up on the oracle's passing runs.
     data = result["stages"][1]["data"]
     assert data["source"] == "own + oracle (warm start)" and data["oracle_resolved"] >= 1
