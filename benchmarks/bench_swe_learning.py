@@ -97,6 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--rft-epochs", type=int, default=None)
     p.add_argument("--dapo-iterations", type=int, default=None)
+    p.add_argument(
+        "--dapo-seeds",
+        default=None,
+        help="comma-separated: one DAPO run (and its held-out evaluation) per seed, from the "
+        "same RFT checkpoint (default: the dapo section's seed)",
+    )
     p.add_argument("--problems", type=int, default=None, help="DAPO problems per iteration")
     p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
     p.add_argument(
@@ -139,6 +145,16 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if value is not None:
             cfg[section][key] = value
+    if args.dapo_seeds:
+        try:
+            cfg["dapo_seeds"] = [int(x) for x in args.dapo_seeds.split(",")]
+        except ValueError:
+            raise SystemExit(
+                f"--dapo-seeds {args.dapo_seeds!r}: comma-separated integers, e.g. 0,1"
+            ) from None
+    seeds = cfg.get("dapo_seeds") or []
+    if len(set(seeds)) != len(seeds) or not all(isinstance(x, int) for x in seeds):
+        raise SystemExit(f"dapo_seeds={seeds}: distinct integers, one DAPO run each")
     cfg.setdefault("env_kwargs", {})  # every stage's env options (e.g. prompt: compact)
     cfg.setdefault("oracle", {})
     unknown = set(cfg["env_kwargs"]) - set(EVAL_ENV_FLAGS)
@@ -436,6 +452,27 @@ def metrics(run_dir: Path) -> list[dict]:
     )
 
 
+def dapo_stage(label: str, seed: int, wall: float, rows: list[dict]) -> dict[str, Any]:
+    """One DAPO run's row of the table, from its metrics (the held-out figures join later)."""
+    rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
+    val = [r for r in rows if r.get("val_pass1") is not None]
+    return {
+        "stage": label,
+        "seed": seed,
+        "train_resolve_rate": rates[-1] if rates else None,
+        "episodes": int(sum(r.get("episodes", 0) for r in rows)),
+        "steps": int(sum(r.get("steps", 0) or 0 for r in rows)),
+        "wall_s": wall,
+        # pass@1 on its own tasks before and after (val_runs), paired over tasks
+        "validation": (
+            {k: val[-1][k] for k in ("val_gain", "val_gain_se")}
+            | {"first": val[0]["val_pass1"], "last": val[-1]["val_pass1"]}
+            if len(val) >= 2
+            else None
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = load_config(args)
@@ -543,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     stages.append(rft_stage)
 
-    # (iii) DAPO from the RFT checkpoint on its tasks (synth.max_rl: ones RFT never saw)
-    dapo_dir = work / "dapo"
+    # (iii) DAPO from the RFT checkpoint on its tasks (synth.max_rl: ones RFT never saw), once
+    # per seed of dapo_seeds (the first as "dapo"): how much the result owes to one run's luck
     dapo_cfg = write_config(
         cfg["dapo"],
         work / "dapo.yaml",
@@ -555,35 +592,30 @@ def main(argv: list[str] | None = None) -> int:
             "tasks": tasks["rl"],
         },
     )
-    dapo_wall = run(
-        "dapo",
-        "-m",
-        "algos.dapo",
-        "--config",
-        dapo_cfg,
-        "--run-dir",
-        str(dapo_dir),
-        "--progress",
-        "false",
-    )
-    rows = metrics(dapo_dir)
-    dapo_eval = held_out("eval-dapo", str(dapo_dir / "checkpoint")).result()
+    seeds = cfg.get("dapo_seeds") or [cfg["dapo"].get("seed", 0)]
+    runs = []
+    for i, seed in enumerate(seeds):
+        name = "dapo" if i == 0 else f"dapo-seed{seed}"
+        same = seed == cfg["dapo"].get("seed", 0)  # the config's own seed: no flag
+        wall = run(
+            name,
+            *("-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(work / name)),
+            *(() if same else ("--seed", str(seed))),
+            *("--progress", "false"),
+        )
+        job = held_out(f"eval-{name}", str(work / name / "checkpoint"))
+        runs.append((seed, wall, metrics(work / name), job))
     stages[0]["held_out"] = base_job.result()
     stages[0]["wall_s"] = stages[0]["held_out"]["wall_s"]
     rft_stage["held_out"] = rft_job.result()
-    pool.shutdown()
+    rows = runs[0][2]
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
     rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
     stages[1]["train_resolve_rate"] = rates[0] if rates else None
-    stages.append(
-        {
-            "stage": "DAPO",
-            "held_out": dapo_eval,
-            "train_resolve_rate": rates[-1] if rates else None,
-            "episodes": int(sum(r.get("episodes", 0) for r in rows)),
-            "wall_s": dapo_wall,
-        }
-    )
+    for i, (seed, wall, seed_rows, job) in enumerate(runs):
+        stages.append(dapo_stage("DAPO" if i == 0 else f"DAPO seed {seed}", seed, wall, seed_rows))
+        stages[-1]["held_out"] = job.result()
+    pool.shutdown()
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]

@@ -136,6 +136,8 @@ def report(
         "rft_vs_base": gain(stages[0]["held_out"], stages[1]["held_out"]),
         "dapo_vs_rft": gain(stages[1]["held_out"], stages[2]["held_out"]),
     }
+    for st in stages[3:]:  # further DAPO seeds (dapo_seeds), each against the same RFT
+        gains[f"dapo_seed{st['seed']}_vs_rft"] = gain(stages[1]["held_out"], st["held_out"])
     d = stages[1]["data"]
     print(
         f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
@@ -170,6 +172,19 @@ def report(
             f"{a['val_pass1_se']:.3f} (iteration {int(a['iteration'])}) -> {b['val_pass1']:.3f} ± "
             f"{b['val_pass1_se']:.3f} (iteration {int(b['iteration'])}); gain "
             f"{b['val_gain']:+.3f} ± {b['val_gain_se']:.3f} (paired over tasks)"
+        )
+    for st in stages[3:]:
+        v = st.get("validation")
+        if v:
+            print(
+                f"{st['stage']} on its training tasks (validation): {v['first']:.3f} -> "
+                f"{v['last']:.3f}; gain {v['val_gain']:+.3f} ± {v['val_gain_se']:.3f} (paired)"
+            )
+    dapo = [st["held_out"]["pass@1"] for st in stages[2:]]
+    if len(dapo) >= 2:  # the spread over training seeds, which one run's s.e. does not show
+        print(
+            f"DAPO held-out pass@1 over {len(dapo)} seeds: mean {statistics.fmean(dapo):.3f}, "
+            f"s.e. over seeds {statistics.stdev(dapo) / math.sqrt(len(dapo)):.3f}"
         )
     print(
         "wall: the stage's own cost (base: its held-out evaluation; RFT: own and oracle runs "

@@ -61,12 +61,14 @@ def test_bench_swe_learning_toy_run(
             "2",
             "--policy",
             "tiny-random",
-            *(["--preset", str(PRESETS / preset)] if preset else []),
+            *(["--preset", str(PRESETS / preset)] if preset else ["--dapo-seeds", "0,1"]),
         ]
     )
     assert rc == 0
     result = json.loads(out.read_text())
-    assert [s["stage"] for s in result["stages"]] == ["base", "RFT", "DAPO"]
+    dapo_runs = [] if preset else ["DAPO seed 1"]  # the default preset's second DAPO seed
+    assert [s["stage"] for s in result["stages"]] == ["base", "RFT", "DAPO", *dapo_runs]
+    assert ("dapo_seed1_vs_rft" in result["gains"]) == bool(dapo_runs)
     tasks = result["tasks"]
     assert tasks["n_train"] >= 1 and tasks["n_held_out"] >= 1
     # paths in the saved result are relative (here, outside the repository: names only)
