@@ -28,14 +28,11 @@ repository. Every stage is resumable: a re-run with the same ``--work`` reuses w
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +43,8 @@ for _p in (ROOT, Path(__file__).resolve().parent):  # the packages and the repor
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 from swe_learning_report import plot, rel, report, stage_stats  # noqa: E402
+from swe_learning_runner import Runner  # noqa: E402
+from swe_learning_tasks import make_tasks  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 PRESET = ROOT / "algos" / "presets" / "swe_learning.yaml"
@@ -166,191 +165,6 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     if cfg["rft"].get("policy", "smollm2") == "tiny-random":  # no vLLM for a smoke run
         cfg["dapo"].update(engine="transformers", engine_dtype="float32", old_logprobs="auto")
     return cfg
-
-
-class Runner:
-    """Runs each stage as its own process (clean memory, one engine each), logs to WORK/logs."""
-
-    def __init__(self, work: Path, repos_dir: Path, progress: bool):
-        self.logs = work / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.env = {
-            **os.environ,
-            "SWE_GYM_REPOS": str(repos_dir),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
-        self.progress = progress
-        self.walls: dict[str, float] = {}  # every stage's wall time, resumed ones included
-
-    def __call__(self, name: str, *argv: str) -> float:
-        """Run one stage; its wall time. A stage that finished before with the same command is
-        not run again (a re-run after a failure resumes; its first wall time is kept)."""
-        done = self.logs / f"{name}.done.json"
-        key = _key(argv)
-        before = json.loads(done.read_text()) if done.exists() else None
-        if before is not None and before.get("key", _key(before["argv"])) == key:
-            print(f"{name}: done before (see {done})", flush=True)
-            self.walls[name] = float(before["wall_s"])
-            return self.walls[name]
-        t0 = time.perf_counter()
-        log = self.logs / f"{name}.log"
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: python {' '.join(argv)[:200]}", flush=True)
-        with log.open("w", encoding="utf-8") as fh:
-            rc = subprocess.run(
-                [sys.executable, *argv], cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT
-            ).returncode
-        if rc:
-            tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
-            raise SystemExit(f"stage {name} failed (exit {rc}); {log}:\n{tail}")
-        wall = time.perf_counter() - t0
-        done.write_text(
-            json.dumps({"argv": list(argv), "key": key, "wall_s": wall}), encoding="utf-8"
-        )
-        self.walls[name] = wall
-        return wall
-
-
-def _key(argv: Any) -> list[str]:
-    """A stage's command without --concurrency (episodes are seeded per task, run and turn, so
-    how many run at once does not change the result), each file it names followed by a hash of
-    its content and each model folder by its weights' time stamps: a changed config section or
-    a retrained checkpoint runs the stage again."""
-    argv = list(argv)
-    if "--concurrency" in argv:
-        i = argv.index("--concurrency")
-        del argv[i : i + 2]
-    return [x for token in argv for x in (token, *_fingerprint(token))]
-
-
-def _fingerprint(token: str) -> list[str]:
-    path = Path(token.split(":", 1)[1] if token.startswith(("vllm:", "hf:")) else token)
-    if not path.is_absolute() or not path.exists():
-        return []
-    if path.is_file():
-        return [hashlib.sha256(path.read_bytes()).hexdigest()[:16]]
-    return [f"{w.name}@{w.stat().st_mtime_ns}" for w in sorted(path.glob("*.safetensors"))]
-
-
-def make_tasks(cfg: dict, work: Path, run: Runner, args: argparse.Namespace) -> dict[str, Any]:
-    """Synthesise per repository (resumable), concatenate, split by function."""
-    syn = cfg["synth"]
-    t0 = time.perf_counter()
-    files = []
-    for repo in syn["repos"]:
-        out = work / "tasks" / f"{repo.split('/')[-1]}.jsonl"
-        run(
-            f"synth-{repo.split('/')[-1]}",
-            "-m",
-            "swe_gym.synth",
-            repo,
-            "--out",
-            str(out),
-            "--repos-dir",
-            str(work / "repos"),
-            "--tier",
-            syn.get("tier", "easy"),
-            "--max-candidates",
-            str(syn["max_candidates"]),
-            "--seed",
-            str(syn.get("seed", 0)),
-            "--no-progress",
-        )
-        files.append(out)
-    rows = [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
-    all_path = work / "tasks.jsonl"
-    all_path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-    # the split's whole sides, kept as written (a re-run reads them again); the stages read
-    # the capped copies
-    split_train, split_held = work / "split-train.jsonl", work / "split-heldout.jsonl"
-    run(
-        "split",
-        "-m",
-        "swe_gym.synth.split",
-        str(all_path),
-        "--held-out",
-        str(syn["held_out"]),
-        "--seed",
-        str(syn.get("seed", 0)),
-        "--train",
-        str(split_train),
-        "--test",
-        str(split_held),
-    )
-    train, held, rl = work / "train.jsonl", work / "heldout.jsonl", work / "rl.jsonl"
-    side = split_train.read_text(encoding="utf-8").splitlines()
-    held_side = split_held.read_text(encoding="utf-8").splitlines()
-    rft_side, rl_side = side, side
-    if syn.get("rft_repos"):  # RFT on these repositories; DAPO and the held-out on the others
-        rft_side, rl_side, held_side = by_repos(syn["rft_repos"], syn["repos"], side, held_side)
-    n_train = min(syn.get("max_train") or len(rft_side), len(rft_side))
-    # whole rows dropped: the split's function property still holds
-    train.write_text("".join(r + "\n" for r in rft_side[:n_train]), encoding="utf-8")
-    held_rows = held_side[: syn.get("max_held_out")]
-    if not held_rows or not n_train:
-        raise SystemExit(
-            f"{n_train} training and {len(held_rows)} held-out tasks after the split "
-            f"(synth.rft_repos={syn.get('rft_repos')}): raise synth.max_candidates"
-        )
-    held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
-    if syn.get("max_rl"):  # DAPO's own tasks: training-side rows RFT never saw
-        rest = rl_side if syn.get("rft_repos") else rl_side[n_train:]
-        rl_rows = rest[: syn["max_rl"]]
-        if not rl_rows:
-            raise SystemExit(
-                f"synth.max_rl={syn['max_rl']}: no training-side task is left after "
-                f"max_train={n_train} ({len(side)} in all); raise max_candidates"
-            )
-        rl.write_text("".join(r + "\n" for r in rl_rows), encoding="utf-8")
-    fn = [
-        {json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
-        for p in (train, held)
-    ]
-    if fn[0] & fn[1]:
-        raise SystemExit(f"split leaks functions into both sides: {sorted(fn[0] & fn[1])[:5]}")
-    summaries = [json.loads(f.with_name(f.name + ".summary.json").read_text()) for f in files]
-    return {
-        "train": str(train),
-        "held_out": str(held),
-        # DAPO's tasks: RFT never saw them (synth.max_rl), else RFT's own
-        "rl": str(rl) if syn.get("max_rl") else str(train),
-        "n_rl": len(rl.read_text().splitlines()) if syn.get("max_rl") else None,
-        "n_train": len(train.read_text().splitlines()),
-        "n_held_out": len(held.read_text().splitlines()),
-        "functions_train": len(fn[0]),
-        "functions_held_out": len(fn[1]),
-        "candidates": sum(s["candidates"] for s in summaries),
-        "accepted": sum(s["accepted"] for s in summaries),
-        "wall_s": time.perf_counter() - t0,
-    }
-
-
-def by_repos(
-    rft_repos: list[str], repos: list[str], train_side: list[str], held_side: list[str]
-) -> tuple[list[str], list[str], list[str]]:
-    """``(rft, rl, held_out)`` rows: RFT's from ``rft_repos``; DAPO's and the held-out ones from
-    the other repositories (a transfer: DAPO trains where the RFT policy has not been)."""
-    names = {r.split("/")[-1] for r in rft_repos}
-    known = {r.split("/")[-1] for r in repos}
-    if not names <= known or names == known:
-        raise SystemExit(
-            f"synth.rft_repos={rft_repos}: must name some, not all, of synth.repos={repos}"
-        )
-
-    def repo(row: str) -> str:
-        return str(json.loads(row)["repo"]).split("/")[-1]
-
-    def round_robin(rows: list[str]) -> list[str]:
-        """One row of each repository in turn, so a cap takes them alike."""
-        per: dict[str, list[str]] = {}
-        for r in rows:
-            per.setdefault(repo(r), []).append(r)
-        return [r for tier in zip_longest(*per.values()) for r in tier if r is not None]
-
-    return (
-        [r for r in train_side if repo(r) in names],
-        round_robin([r for r in train_side if repo(r) not in names]),
-        round_robin([r for r in held_side if repo(r) not in names]),
-    )
 
 
 def evaluate(
@@ -480,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     run = Runner(work, work / "repos", not args.no_progress)
     t_start = time.perf_counter()
-    tasks = make_tasks(cfg, work, run, args)
+    tasks = make_tasks(cfg, work, run)
     print(
         f"tasks: {tasks['n_train']} train ({tasks['functions_train']} functions), "
         f"{tasks['n_held_out']} held out ({tasks['functions_held_out']} functions)",

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -124,7 +123,8 @@ def _bench():
 def test_rft_repos_splits_the_stages_by_repository():
     """``synth.rft_repos``: RFT's rows come from those repositories only; DAPO's and the
     held-out ones from the others, one repository after the other (a cap takes both alike)."""
-    bench = _bench()
+    _bench()  # puts benchmarks/ on the path
+    from swe_learning_tasks import by_repos
 
     def rows(repo: str, n: int, side: str) -> list[str]:
         return [json.dumps({"repo": f"synth/{repo}", "id": f"{repo}-{side}{i}"}) for i in range(n)]
@@ -132,20 +132,20 @@ def test_rft_repos_splits_the_stages_by_repository():
     train = rows("a", 3, "t") + rows("b", 4, "t") + rows("c", 2, "t")
     held = rows("a", 2, "h") + rows("b", 3, "h") + rows("c", 1, "h")
     repos = ["starter/a", "starter/b", "starter/c"]
-    rft, rl, held_out = bench.by_repos(["starter/a"], repos, train, held)
+    rft, rl, held_out = by_repos(["starter/a"], repos, train, held)
     ids = [[json.loads(r)["id"] for r in side] for side in (rft, rl, held_out)]
     assert ids[0] == ["a-t0", "a-t1", "a-t2"]
     assert ids[1] == ["b-t0", "c-t0", "b-t1", "c-t1", "b-t2", "b-t3"]
     assert ids[2] == ["b-h0", "c-h0", "b-h1", "b-h2"]
     for bad in (["starter/zz"], repos):  # unknown, or every repository (nothing left for DAPO)
         with pytest.raises(SystemExit, match="rft_repos"):
-            bench.by_repos(bad, repos, train, held)
+            by_repos(bad, repos, train, held)
 
 
 def test_gain_pairs_the_stages_over_their_tasks():
     """Two stages on the same tasks: the gain's paired s.e. is that of the mean of the tasks'
     differences (here 0, 1/3, 2/3, 1 over four tasks), beside the independent-runs one."""
-    sys.path.insert(0, str(BENCH.parent))
+    _bench()  # puts benchmarks/ on the path
     from swe_learning_report import gain
 
     a = {
