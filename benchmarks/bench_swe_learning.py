@@ -273,17 +273,19 @@ def dapo_stage(label: str, seed: int, wall: float, rows: list[dict]) -> dict[str
     return {
         "stage": label,
         "seed": seed,
+        # the first iteration samples before any update: the RFT policy's rate on these tasks
+        "first_resolve_rate": rates[0] if rates else None,
         "train_resolve_rate": rates[-1] if rates else None,
         "episodes": int(sum(r.get("episodes", 0) for r in rows)),
         "steps": int(sum(r.get("steps", 0) or 0 for r in rows)),
         "wall_s": wall,
         # pass@1 on its own tasks before and after (val_runs), paired over tasks
-        "validation": (
-            {k: val[-1][k] for k in ("val_gain", "val_gain_se")}
-            | {"first": val[0]["val_pass1"], "last": val[-1]["val_pass1"]}
-            if len(val) >= 2
-            else None
-        ),
+        "validation": [
+            {k: r[k] for k in ("iteration", "val_pass1", "val_pass1_se", "val_gain", "val_gain_se")}
+            for r in (val[0], val[-1])
+        ]
+        if len(val) >= 2
+        else None,
     }
 
 
@@ -422,14 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     stages[0]["held_out"] = base_job.result()
     stages[0]["wall_s"] = stages[0]["held_out"]["wall_s"]
     rft_stage["held_out"] = rft_job.result()
-    rows = runs[0][2]
-    # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
-    rates = [r.get("resolved_rate") for r in rows if r.get("resolved_rate") is not None]
-    stages[1]["train_resolve_rate"] = rates[0] if rates else None
     for i, (seed, wall, seed_rows, job) in enumerate(runs):
         stages.append(dapo_stage("DAPO" if i == 0 else f"DAPO seed {seed}", seed, wall, seed_rows))
         stages[-1]["held_out"] = job.result()
     pool.shutdown()
+    # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
+    stages[1]["train_resolve_rate"] = stages[2]["first_resolve_rate"]
+    rows = runs[0][2]
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]

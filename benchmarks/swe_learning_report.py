@@ -163,22 +163,15 @@ def report(
             f"{'above' if g['above_2se'] else 'not above'} two standard errors; 2-s.e. "
             f"intervals {'apart' if g['intervals_apart'] else 'overlap'}{paired}"
         )
-    val = [r for r in dapo_rows if r.get("val_pass1") is not None]
-    if len(val) >= 2:  # DAPO's validation on its own tasks (val_runs): first and last
-        a, b = val[0], val[-1]
-        print(
-            f"DAPO on its {tasks.get('n_rl') or tasks['n_train']} training tasks (validation, "
-            f"{cfg['dapo'].get('val_runs')} runs each): {a['val_pass1']:.3f} ± "
-            f"{a['val_pass1_se']:.3f} (iteration {int(a['iteration'])}) -> {b['val_pass1']:.3f} ± "
-            f"{b['val_pass1_se']:.3f} (iteration {int(b['iteration'])}); gain "
-            f"{b['val_gain']:+.3f} ± {b['val_gain_se']:.3f} (paired over tasks)"
-        )
-    for st in stages[3:]:
-        v = st.get("validation")
-        if v:
+    for st in stages[2:]:  # each DAPO run's validation on its own tasks (val_runs)
+        if st.get("validation"):
+            a, b = st["validation"]
             print(
-                f"{st['stage']} on its training tasks (validation): {v['first']:.3f} -> "
-                f"{v['last']:.3f}; gain {v['val_gain']:+.3f} ± {v['val_gain_se']:.3f} (paired)"
+                f"{st['stage']} on its {tasks.get('n_rl') or tasks['n_train']} training tasks "
+                f"(validation, {cfg['dapo'].get('val_runs')} runs each): {a['val_pass1']:.3f} ± "
+                f"{a['val_pass1_se']:.3f} (iteration {int(a['iteration'])}) -> {b['val_pass1']:.3f} ± "
+                f"{b['val_pass1_se']:.3f} (iteration {int(b['iteration'])}); gain "
+                f"{b['val_gain']:+.3f} ± {b['val_gain_se']:.3f} (paired over tasks)"
             )
     dapo = [st["held_out"]["pass@1"] for st in stages[2:]]
     if len(dapo) >= 2:  # the spread over training seeds, which one run's s.e. does not show
