@@ -8,7 +8,12 @@ saturation one-step-stale updates on this toy can knock the policy back for a fe
 before it climbs again. Seen under CI load: K = 1 at 0.97 by iteration 13 then 0.61 at the
 end (lr 1e-2), and 0.62, down to 0.27, up to 0.97, ending at 0.76 (lr 5e-3), while idle runs of
 seven seeds all stayed saturated. A last-iteration bound failed on those; the second run's
-K = 1 peak was 0.96. ``benchmarks/bench_async.py`` measures the rest (throughput, staleness)."""
+K = 1 peak was 0.96. Under load K = 1 also climbs later: every round is then one version stale,
+and seed 0 went 0.12 for four iterations, up to 0.6, back to 0.27, and first held 0.85 over
+three iterations at iteration 27 here (3 CPU burners on 2 cores) and not within 40 on CI's
+machine (0.82 at best, still rising). The runs have 80 iterations, twice the latest seen; a
+saturated iteration is skipped, so the tail costs little.
+``benchmarks/bench_async.py`` measures the rest (throughput, staleness)."""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import pytest
 from algos import dapo
 from algos.loop.metrics import read_metrics
 
-pytestmark = pytest.mark.slow  # two 40-iteration runs: 1-5 minutes on 2 cores
+pytestmark = pytest.mark.slow  # two 80-iteration runs: 1-5 minutes on 2 cores
 
 TOY = Path(__file__).resolve().parents[2] / "algos" / "presets" / "toy_keyword.yaml"
 ARGS = [
@@ -41,7 +46,7 @@ ARGS = [
     "--off-policy-correction",
     "tis",
 ]
-ITERATIONS = 40  # K = 1 lags K = 0 on the way up, and may fall back once before it stays
+ITERATIONS = 80  # K = 1 lags K = 0 on the way up, and may fall back once before it stays
 WINDOW = 3  # the level reached: the best mean over WINDOW consecutive iterations' episodes
 
 
@@ -82,5 +87,5 @@ def test_k1_reaches_the_synchronous_reward(tmp_path: Path):
     print(f"reward reached (best {WINDOW}-iteration mean): K=0 {r0:.3f}, K=1 {r1:.3f}")
     assert start0 < 0.35 and start1 < 0.35  # the behaviour is rare at first ...
     # ... and both runs learned it: each reached at least 0.85 (the runs seen reached 0.96 to
-    # 1.0), so K = 1 reaches within 0.15 of what K = 0 reaches, whatever the load
+    # 1.0 given the iterations), so K = 1 reaches within 0.15 of what K = 0 reaches
     assert r0 >= 0.85 and r1 >= 0.85, (r0, r1)
