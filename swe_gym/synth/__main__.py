@@ -76,7 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="all",
         help="all (default); easy: only local single-line edits "
         f"({', '.join(EASY_OPERATORS)}) and an issue that names the file and function; "
-        "guided: those edits with an issue that also quotes the line as it is and as it "
+        "located: those edits with an issue that also quotes the line and names the kind of "
+        "mistake, not the fix; "
+        "guided: an issue that quotes the line as it is and as it "
         "should be (a tier for learning the tools and the action format)",
     )
     p.add_argument(

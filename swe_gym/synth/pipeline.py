@@ -31,6 +31,7 @@ from swe_gym.synth.tiers import (
     check_tier,
     guided_issue,
     keeps,
+    located_issue,
     location_hint,
     patch_context,
     tier_operators,
@@ -52,7 +53,7 @@ class SynthConfig:
     repos_dir: Path = field(default_factory=default_repos_dir)
     repo_name: str | None = None  # the rows' ``repo``; default synth/<source folder name>
     operators: list[str] | None = None
-    tier: str = "all"  # "easy" / "guided": local single-line edits, issue help (tiers.py)
+    tier: str = "all"  # "easy" / "located" / "guided": single-line edits, issue help (tiers.py)
     include: list[str] | None = None  # globs of files to mutate (default: non-test .py files)
     max_candidates: int | None = None
     workers: int = 2
@@ -167,6 +168,9 @@ def make_row(
     assert cfg.repo_name is not None
     if cfg.tier == "guided":  # states the edit on purpose: the tier teaches tools and format
         problem = guided_issue(m.path, m.qualname, *changed_line(m, text), len(out.fail_to_pass))
+    elif cfg.tier == "located":  # quotes the line and names the mistake, not the fix
+        buggy_line = changed_line(m, text)[0]
+        problem = located_issue(m.path, m.qualname, buggy_line, m.operator, len(out.fail_to_pass))
     else:
         problem = issue_text(
             cfg.repo_name,

@@ -7,6 +7,11 @@ is and the line as it should be. The fix is then a faithful copy of what the age
 ``str_replace`` of the quoted text, then ``submit``); the gold patch has no context lines, so
 the oracle's edit is exactly the quoted pair.
 
+``located`` is the rung above it: the same candidates, and an issue that states the file, the
+function and the line as it is, and names the kind of mistake (a flipped comparison, a boundary
+off by one, ...) without the corrected line. The agent finds the line by copying, as on
+``guided``, and has to work out the fix, a one-token edit of that line.
+
 ``all`` keeps every operator's mutations and writes the issue from the failing tests alone.
 ``easy`` is meant for very small models: only the most local operators (one token or one
 expression changed, the right code inferable from the code around it), only edits that touch a
@@ -31,8 +36,19 @@ EASY_OPERATORS = (
     "off_by_one",
     "swap_arguments",
 )
-TIERS = ("all", "easy", "guided")
-LOCAL_TIERS = ("easy", "guided")  # the tiers that run only EASY_OPERATORS on one line
+TIERS = ("all", "easy", "located", "guided")
+LOCAL_TIERS = ("easy", "located", "guided")  # the tiers that run only EASY_OPERATORS on one line
+QUOTING_TIERS = ("located", "guided")  # the tiers whose issue quotes the buggy line
+# What the located tier's issue says of the line, per operator: the kind of mistake, never the
+# corrected text (each operator's variants in operators.py fit its sentence).
+MISTAKES = {
+    "comparison_flip": "its comparison is inverted",
+    "boundary_shift": "its comparison is off by one at the boundary (< for <=, > for >=, or back)",
+    "boolean_flip": "a boolean in it is inverted (and for or, a not added or dropped, True for False)",
+    "arithmetic_swap": "an arithmetic operator or the order of its operands is wrong",
+    "off_by_one": "an index, slice bound or range bound in it is off by one",
+    "swap_arguments": "the first two arguments of a call in it are swapped",
+}
 
 
 def check_tier(tier: str) -> str:
@@ -55,15 +71,15 @@ def tier_operators(tier: str, operators: list[str] | None) -> list[str] | None:
 
 
 def keeps(tier: str, mutation: Mutation, text: str) -> bool:
-    """Whether ``tier`` keeps a candidate (``easy``: the edit stays on one line; ``guided``:
-    also, the buggy line's stripped text occurs once in the buggy file, so quoting it is a
-    unique ``str_replace``)."""
+    """Whether ``tier`` keeps a candidate (``easy``: the edit stays on one line; ``located`` and
+    ``guided``: also, the buggy line's stripped text occurs once in the buggy file, so quoting it
+    is a unique ``str_replace``)."""
     if tier == "all":
         return True
     old = text[mutation.start : mutation.end]
     if "\n" in old or "\n" in mutation.replacement:
         return False
-    if tier == "guided":
+    if tier in QUOTING_TIERS:
         buggy, fixed = changed_line(mutation, text)
         return bool(buggy) and buggy != fixed and mutation.apply(text).count(buggy) == 1
     return True
@@ -78,8 +94,8 @@ def changed_line(mutation: Mutation, text: str) -> tuple[str, str]:
 def patch_context(tier: str) -> int:
     """Context lines of the gold patch: ``easy`` keeps one, so the oracle's edit (old text =
     context and removed lines) is three lines, short enough for a small model to imitate;
-    ``guided`` keeps none, so the edit is the one line the issue quotes."""
-    return {"easy": 1, "guided": 0}.get(tier, 3)
+    ``located`` and ``guided`` keep none, so the edit is the one line the issue quotes."""
+    return {"easy": 1, "located": 0, "guided": 0}.get(tier, 3)
 
 
 def location_hint(tier: str, path: str, qualname: str) -> str | None:
@@ -92,18 +108,36 @@ def location_hint(tier: str, path: str, qualname: str) -> str | None:
 def guided_issue(path: str, qualname: str, buggy: str, fixed: str, n_failing: int) -> str:
     """The ``guided`` tier's whole issue: where, the line as it is, the line as it should be.
     Short on purpose (tokens are the cost of every training step on a CPU)."""
-    tests = "1 test fails" if n_failing == 1 else f"{n_failing} tests fail"
-    return f"{tests}. In `{path}`, function `{qualname}`, the line\n{buggy}\nshould be\n{fixed}\n"
+    where = f"In `{path}`, function `{qualname}`, the line"
+    return f"{_failing(n_failing)} {where}\n{buggy}\nshould be\n{fixed}\n"
+
+
+def located_issue(path: str, qualname: str, buggy: str, operator: str, n_failing: int) -> str:
+    """The ``located`` tier's whole issue: where, the line as it is, what kind of mistake it
+    holds (``MISTAKES``); the corrected line is left to the agent."""
+    if operator not in MISTAKES:
+        raise unknown_choice("located tier operator", operator, MISTAKES)
+    where = f"In `{path}`, function `{qualname}`, the line"
+    return (
+        f"{_failing(n_failing)} {where}\n{buggy}\nis wrong: {MISTAKES[operator]}. Fix that line.\n"
+    )
+
+
+def _failing(n: int) -> str:
+    return "1 test fails." if n == 1 else f"{n} tests fail."
 
 
 __all__ = [
     "EASY_OPERATORS",
     "TIERS",
     "LOCAL_TIERS",
+    "MISTAKES",
+    "QUOTING_TIERS",
     "changed_line",
     "check_tier",
     "guided_issue",
     "keeps",
+    "located_issue",
     "location_hint",
     "patch_context",
     "tier_operators",

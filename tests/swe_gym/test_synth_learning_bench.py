@@ -166,3 +166,22 @@ def test_gain_pairs_the_stages_over_their_tasks():
     assert g["paired_stderr"] == pytest.approx(statistics.stdev(d) / 2)
     b.pop("per_task")  # an older result without per-task rates: no paired figure
     assert "paired_stderr" not in gain(a, b)
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in PRESETS.glob("swe_learning*.yaml")))
+def test_every_learning_preset_is_a_valid_configuration(preset: str):
+    """Each benchmark preset loads (sections, seeds, env options) and its rft and dapo sections
+    are RFTConfig / DAPOConfig fields, so a mistyped key stops at once, not after the hour of
+    synthesis and RFT that comes before the DAPO stage reads it."""
+    from algos.config import build_config
+    from algos.dapo import DAPOConfig
+    from algos.rft import RFTConfig
+    from swe_gym.synth.tiers import TIERS
+
+    bench = _bench()
+    cfg = bench.load_config(bench.parse_args(["--preset", str(PRESETS / preset)]))
+    assert cfg["synth"]["tier"] in TIERS
+    assert set(cfg["synth"].get("rft_repos") or []) <= set(cfg["synth"]["repos"])
+    rft = build_config(RFTConfig, (preset, cfg["rft"]))
+    dapo = build_config(DAPOConfig, (preset, cfg["dapo"]))
+    assert rft.max_turns == dapo.max_turns == cfg["eval"]["max_turns"]  # every stage alike
