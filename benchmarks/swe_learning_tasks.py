@@ -64,10 +64,12 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
     train, held, rl = work / "train.jsonl", work / "heldout.jsonl", work / "rl.jsonl"
     side = split_train.read_text(encoding="utf-8").splitlines()
     held_side = split_held.read_text(encoding="utf-8").splitlines()
-    rft_side, rl_side = side, side
+    rft_side, rl_pool = side, None
     if syn.get("rft_repos"):  # RFT on these repositories; DAPO and the held-out on the others
-        rft_side, rl_side, held_side = by_repos(syn["rft_repos"], syn["repos"], side, held_side)
+        rft_side, rl_pool, held_side = by_repos(syn["rft_repos"], syn["repos"], side, held_side)
     n_train = min(syn.get("max_train") or len(rft_side), len(rft_side))
+    if rl_pool is None:  # one training side: DAPO's rows come after RFT's
+        rl_pool = side[n_train:]
     # whole rows dropped: the split's function property still holds
     train.write_text("".join(r + "\n" for r in rft_side[:n_train]), encoding="utf-8")
     held_rows = held_side[: syn.get("max_held_out")]
@@ -78,12 +80,12 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
         )
     held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
     if syn.get("max_rl"):  # DAPO's own tasks: training-side rows RFT never saw
-        rest = rl_side if syn.get("rft_repos") else rl_side[n_train:]
-        rl_rows = rest[: syn["max_rl"]]
+        rl_rows = rl_pool[: syn["max_rl"]]
         if not rl_rows:
             raise SystemExit(
-                f"synth.max_rl={syn['max_rl']}: no training-side task is left after "
-                f"max_train={n_train} ({len(side)} in all); raise max_candidates"
+                f"synth.max_rl={syn['max_rl']}: no training-side task is left for DAPO "
+                f"(RFT takes {n_train} of {len(side)}; synth.rft_repos="
+                f"{syn.get('rft_repos')}); raise max_candidates"
             )
         rl.write_text("".join(r + "\n" for r in rl_rows), encoding="utf-8")
     fn = [

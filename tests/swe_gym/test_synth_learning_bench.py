@@ -9,11 +9,14 @@ import importlib.util
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_swe_learning.py"
+if str(BENCH.parent) not in sys.path:  # the benchmark's modules import each other by name
+    sys.path.insert(0, str(BENCH.parent))
 
 
 PRESETS = Path(__file__).resolve().parents[2] / "algos" / "presets"
@@ -123,7 +126,6 @@ def _bench():
 def test_rft_repos_splits_the_stages_by_repository():
     """``synth.rft_repos``: RFT's rows come from those repositories only; DAPO's and the
     held-out ones from the others, one repository after the other (a cap takes both alike)."""
-    _bench()  # puts benchmarks/ on the path
     from swe_learning_tasks import by_repos
 
     def rows(repo: str, n: int, side: str) -> list[str]:
@@ -145,7 +147,6 @@ def test_rft_repos_splits_the_stages_by_repository():
 def test_gain_pairs_the_stages_over_their_tasks():
     """Two stages on the same tasks: the gain's paired s.e. is that of the mean of the tasks'
     differences (here 0, 1/3, 2/3, 1 over four tasks), beside the independent-runs one."""
-    _bench()  # puts benchmarks/ on the path
     from swe_learning_report import gain
 
     a = {
