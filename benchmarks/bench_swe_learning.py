@@ -3,9 +3,8 @@
 1. Tasks: ``swe_gym.synth`` (the preset's tier: ``guided`` by default, ``located`` and ``easy``
    in ``swe_learning_located.yaml`` and ``swe_learning_easy.yaml``) on the bundled
    repositories, split with ``swe_gym.synth.split`` so that no held-out task shares a function
-   with a training task. With ``synth.rft_repos``
-   (the default preset) RFT's tasks come from those repositories and DAPO's and the held-out
-   ones from the others.
+   with a training task. With ``synth.rft_repos`` (the default preset) RFT's tasks come from
+   those repositories and DAPO's and the held-out ones from the others.
 2. Base: ``python -m agents.evaluate`` on the held-out tasks (pass@1 over R runs, its s.e.), and
    the model's own runs on the training tasks (its train resolve rate, and RFT's data; none
    when ``own.runs`` is 0).
