@@ -33,7 +33,9 @@ def clamp(x, lo, hi):
 """
 
 
-def _config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
+def synth_config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
+    """A ``tier`` run on the bundled durations repository, writing under ``tmp_path`` (also
+    used by test_synth_quoting_tiers)."""
     return SynthConfig(
         source=repo_path("starter/durations"),
         out=tmp_path / "t.jsonl",
@@ -46,8 +48,8 @@ def _config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
 
 def test_easy_candidates_are_local_single_line_edits(tmp_path: Path):
     texts = {"m.py": SAMPLE}
-    easy, _ = candidates(texts, _config(tmp_path, "easy"))
-    every, _ = candidates(texts, _config(tmp_path, "all"))
+    easy, _ = candidates(texts, synth_config(tmp_path, "easy"))
+    every, _ = candidates(texts, synth_config(tmp_path, "all"))
     assert easy and len(easy) < len(every)
     assert {m.operator for m in easy} <= set(EASY_OPERATORS)
     for m in easy:
@@ -59,7 +61,7 @@ def test_easy_candidates_are_local_single_line_edits(tmp_path: Path):
 
 def test_tier_errors_name_the_value_and_the_choices(tmp_path: Path):
     with pytest.raises(ValueError, match="unknown tier 'eazy'.*all, easy.*Did you mean 'easy'"):
-        _config(tmp_path, "eazy")
+        synth_config(tmp_path, "eazy")
     with pytest.raises(ValueError, match="tier 'easy' runs only comparison_flip"):
         tier_operators("easy", ["remove_statement"])
     assert tier_operators("easy", ["remove_statement", "off_by_one"]) == ["off_by_one"]
@@ -90,7 +92,7 @@ def test_location_line_goes_through_the_guard():
 @pytest.fixture(scope="module")
 def easy_tasks(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("easy")
-    cfg = _config(tmp, "easy", max_candidates=5, workers=2)
+    cfg = synth_config(tmp, "easy", max_candidates=5, workers=2)
     summary = synthesize(cfg, log=lambda _: None)
     return cfg, summary, load_tasks(cfg.out)
 

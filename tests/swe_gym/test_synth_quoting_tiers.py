@@ -13,8 +13,7 @@ import gymnasium as gym
 import pytest
 
 import swe_gym  # noqa: F401  (registers the ids)
-from swe_gym.starter import repo_path
-from swe_gym.synth import SynthConfig, split_tasks, synthesize
+from swe_gym.synth import split_tasks, synthesize
 from swe_gym.synth.pipeline import candidates
 from swe_gym.synth.tiers import (
     EASY_OPERATORS,
@@ -25,6 +24,7 @@ from swe_gym.synth.tiers import (
     patch_context,
 )
 from swe_gym.tasks import load_tasks
+from tests.swe_gym.test_synth_easy import synth_config
 
 # `x - 1` -> `x + 1` in `down` makes a line that `up` already has: that edit cannot be quoted as
 # a unique str_replace, so the guided tier drops it (the easy tier keeps it)
@@ -40,21 +40,10 @@ def down(x):
 """
 
 
-def _config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
-    return SynthConfig(
-        source=repo_path("starter/durations"),
-        out=tmp_path / "t.jsonl",
-        repos_dir=tmp_path / "repos",
-        tier=tier,
-        progress=False,
-        **kw,
-    )
-
-
 @pytest.mark.parametrize("tier", ["guided", "located"])
 def test_quoting_tiers_keep_single_line_edits_whose_buggy_line_is_unique(tmp_path: Path, tier: str):
-    guided, _ = candidates({"m.py": SAMPLE}, _config(tmp_path, tier))
-    easy, _ = candidates({"m.py": SAMPLE}, _config(tmp_path, "easy"))
+    guided, _ = candidates({"m.py": SAMPLE}, synth_config(tmp_path, tier))
+    easy, _ = candidates({"m.py": SAMPLE}, synth_config(tmp_path, "easy"))
     assert guided and {m.operator for m in guided} <= set(EASY_OPERATORS)
     assert {m.key(SAMPLE) for m in guided} < {m.key(SAMPLE) for m in easy}
     for m in guided:
@@ -92,7 +81,7 @@ def test_quoting_tier_tasks_are_solved_by_editing_the_quoted_line(
     from agents.models import OracleModel
     from agents.react import ReActAgent, run_episode
 
-    cfg = _config(tmp_path, tier, max_candidates=4, workers=2)
+    cfg = synth_config(tmp_path, tier, max_candidates=4, workers=2)
     summary = synthesize(cfg, log=lambda _: None)
     tasks = load_tasks(cfg.out)
     assert len(tasks) >= 2, summary
