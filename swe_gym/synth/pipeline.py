@@ -27,13 +27,11 @@ from swe_gym.synth.derived import DerivedRepo, list_files, read_tree_files
 from swe_gym.synth.issue import Rewrite, issue_text
 from swe_gym.synth.operators import Mutation, mutations_of
 from swe_gym.synth.tiers import (
-    changed_line,
     check_tier,
-    guided_issue,
     keeps,
-    located_issue,
     location_hint,
     patch_context,
+    quoted_issue,
     tier_operators,
 )
 from swe_gym.synth.validate import Outcome, Validator, baseline, clean_task
@@ -166,21 +164,15 @@ def make_row(
     new_last = m.lineno + m.replacement.count("\n")
     edit_lines = text.splitlines()[first - 1 : last] + mutant.splitlines()[first - 1 : new_last]
     assert cfg.repo_name is not None
-    if cfg.tier == "guided":  # states the edit on purpose: the tier teaches tools and format
-        problem = guided_issue(m.path, m.qualname, *changed_line(m, text), len(out.fail_to_pass))
-    elif cfg.tier == "located":  # quotes the line and names the mistake, not the fix
-        buggy_line = changed_line(m, text)[0]
-        problem = located_issue(m.path, m.qualname, buggy_line, m.operator, len(out.fail_to_pass))
-    else:
-        problem = issue_text(
-            cfg.repo_name,
-            out.log,
-            out.fail_to_pass,
-            out.pass_to_pass,
-            forbidden=edit_lines,
-            rewrite=cfg.rewrite,
-            location=location_hint(cfg.tier, m.path, m.qualname),
-        )
+    problem = quoted_issue(cfg.tier, m, text, len(out.fail_to_pass)) or issue_text(
+        cfg.repo_name,
+        out.log,
+        out.fail_to_pass,
+        out.pass_to_pass,
+        forbidden=edit_lines,
+        rewrite=cfg.rewrite,
+        location=location_hint(cfg.tier, m.path, m.qualname),
+    )
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
         "repo": cfg.repo_name,

@@ -105,11 +105,22 @@ def location_hint(tier: str, path: str, qualname: str) -> str | None:
     return f"The problem is in `{path}`, in the function `{qualname}`."
 
 
+def quoted_issue(tier: str, mutation: Mutation, text: str, n_failing: int) -> str | None:
+    """The whole issue of a tier that quotes the buggy line (``QUOTING_TIERS``), else None
+    (the issue is then written from the failing tests)."""
+    if tier not in QUOTING_TIERS:
+        return None
+    buggy, fixed = changed_line(mutation, text)
+    path, qualname = mutation.path, mutation.qualname
+    if tier == "guided":  # states the edit on purpose: the tier teaches tools and format
+        return guided_issue(path, qualname, buggy, fixed, n_failing)
+    return located_issue(path, qualname, buggy, mutation.operator, n_failing)
+
+
 def guided_issue(path: str, qualname: str, buggy: str, fixed: str, n_failing: int) -> str:
     """The ``guided`` tier's whole issue: where, the line as it is, the line as it should be.
     Short on purpose (tokens are the cost of every training step on a CPU)."""
-    where = f"In `{path}`, function `{qualname}`, the line"
-    return f"{_failing(n_failing)} {where}\n{buggy}\nshould be\n{fixed}\n"
+    return f"{_the_line(path, qualname, n_failing)}\n{buggy}\nshould be\n{fixed}\n"
 
 
 def located_issue(path: str, qualname: str, buggy: str, operator: str, n_failing: int) -> str:
@@ -117,14 +128,14 @@ def located_issue(path: str, qualname: str, buggy: str, operator: str, n_failing
     holds (``MISTAKES``); the corrected line is left to the agent."""
     if operator not in MISTAKES:
         raise unknown_choice("located tier operator", operator, MISTAKES)
-    where = f"In `{path}`, function `{qualname}`, the line"
-    return (
-        f"{_failing(n_failing)} {where}\n{buggy}\nis wrong: {MISTAKES[operator]}. Fix that line.\n"
-    )
+    mistake = f"is wrong: {MISTAKES[operator]}. Fix that line."
+    return f"{_the_line(path, qualname, n_failing)}\n{buggy}\n{mistake}\n"
 
 
-def _failing(n: int) -> str:
-    return "1 test fails." if n == 1 else f"{n} tests fail."
+def _the_line(path: str, qualname: str, n_failing: int) -> str:
+    """The quoting tiers' shared head: how many tests fail, then where the quoted line is."""
+    tests = "1 test fails" if n_failing == 1 else f"{n_failing} tests fail"
+    return f"{tests}. In `{path}`, function `{qualname}`, the line"
 
 
 __all__ = [
@@ -140,5 +151,6 @@ __all__ = [
     "located_issue",
     "location_hint",
     "patch_context",
+    "quoted_issue",
     "tier_operators",
 ]
