@@ -43,7 +43,7 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
         files.append(out)
     rows = [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line]
     all_path = work / "tasks.jsonl"
-    all_path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    _write(all_path, rows)
     # the split's whole sides, kept as written (a re-run reads them again); the stages read
     # the capped copies
     split_train, split_held = work / "split-train.jsonl", work / "split-heldout.jsonl"
@@ -71,14 +71,15 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
     if rl_pool is None:  # one training side: DAPO's rows come after RFT's
         rl_pool = side[n_train:]
     # whole rows dropped: the split's function property still holds
-    train.write_text("".join(r + "\n" for r in rft_side[:n_train]), encoding="utf-8")
-    held_rows = held_side[: syn.get("max_held_out")]
+    train_rows, held_rows = rft_side[:n_train], held_side[: syn.get("max_held_out")]
     if not held_rows or not n_train:
         raise SystemExit(
             f"{n_train} training and {len(held_rows)} held-out tasks after the split "
             f"(synth.rft_repos={syn.get('rft_repos')}): raise synth.max_candidates"
         )
-    held.write_text("".join(r + "\n" for r in held_rows), encoding="utf-8")
+    _write(train, train_rows)
+    _write(held, held_rows)
+    rl_rows = None
     if syn.get("max_rl"):  # DAPO's own tasks: training-side rows RFT never saw
         rl_rows = rl_pool[: syn["max_rl"]]
         if not rl_rows:
@@ -87,11 +88,8 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
                 f"(RFT takes {n_train} of {len(side)}; synth.rft_repos="
                 f"{syn.get('rft_repos')}); raise max_candidates"
             )
-        rl.write_text("".join(r + "\n" for r in rl_rows), encoding="utf-8")
-    fn = [
-        {json.loads(r)["meta"]["function"] for r in p.read_text().splitlines()}
-        for p in (train, held)
-    ]
+        _write(rl, rl_rows)
+    fn = [{json.loads(r)["meta"]["function"] for r in rows} for rows in (train_rows, held_rows)]
     if fn[0] & fn[1]:
         raise SystemExit(f"split leaks functions into both sides: {sorted(fn[0] & fn[1])[:5]}")
     summaries = [json.loads(f.with_name(f.name + ".summary.json").read_text()) for f in files]
@@ -99,16 +97,20 @@ def make_tasks(cfg: dict, work: Path, run: Runner) -> dict[str, Any]:
         "train": str(train),
         "held_out": str(held),
         # DAPO's tasks: RFT never saw them (synth.max_rl), else RFT's own
-        "rl": str(rl) if syn.get("max_rl") else str(train),
-        "n_rl": len(rl.read_text().splitlines()) if syn.get("max_rl") else None,
-        "n_train": len(train.read_text().splitlines()),
-        "n_held_out": len(held.read_text().splitlines()),
+        "rl": str(rl) if rl_rows else str(train),
+        "n_rl": len(rl_rows) if rl_rows else None,
+        "n_train": len(train_rows),
+        "n_held_out": len(held_rows),
         "functions_train": len(fn[0]),
         "functions_held_out": len(fn[1]),
         "candidates": sum(s["candidates"] for s in summaries),
         "accepted": sum(s["accepted"] for s in summaries),
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _write(path: Path, rows: list[str]) -> None:
+    path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
 
 
 def by_repos(
