@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swe_gym import taskenv  # noqa: E402
-from swe_gym.official import grade_logged, swebench_verdict  # noqa: E402
+from swe_gym.grading.official import grade_logged, swebench_verdict  # noqa: E402
 from swe_gym.sandbox.local import LocalSandbox  # noqa: E402
 from swe_gym.tasks import load_rows, normalise_row  # noqa: E402
 

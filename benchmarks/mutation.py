@@ -96,7 +96,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # grading: the local-backend outcome and tamper tests (bubblewrap, seconds each; the
     # Docker ones left out) and the pure ones
     "grading": (
-        "swe_gym/grading.py",
+        "swe_gym/grading/grade.py",
         [
             "tests/swe_gym/test_grading.py",
             "tests/swe_gym/test_grading_outcomes.py",

@@ -28,7 +28,7 @@ A working copy whose diff passes the sandbox's bounds (``max_patch_bytes``, ``ma
 ``diff_timeout``) is graded as not resolved with that reason (``patch_too_large``,
 ``workspace_too_large``, ``diff_timed_out``): the agent's doing, not the env's failure.
 
-``suspect_policy``: what a patch earns that ``swe_gym.forgery`` flags (``report["suspect"]``):
+``suspect_policy``: what a patch earns that ``swe_gym.grading.forgery`` flags (``report["suspect"]``):
 ``"zero"`` (default) pays nothing, ``"grade"`` pays the tests' verdict.
 
 Stepping after the end, or before ``reset``, raises ``ResetNeeded``.

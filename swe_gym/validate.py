@@ -13,7 +13,7 @@ Under each row's line, an indented line says what the row ran with: its environm
 (``swe_gym.taskenv``: the key and Python, built now or cached, and the time; or ``host``; or
 why it cannot be built, then the row is not graded), the log parser and test command with
 where each came from, and for the empty and the gold patch the project's verdict beside
-swebench's own (``swe_gym.official``: swebench's functions on the same complete log).
+swebench's own (``swe_gym.grading.official``: swebench's functions on the same complete log).
 ``--json FILE`` writes these per row. ``--environment`` and ``--allow-nearest-python`` are
 the local sandbox's options of the same names.
 """
@@ -30,9 +30,9 @@ from typing import Any
 
 from swe_gym import taskenv
 from swe_gym.errors import SandboxUnavailable, SWEGymError
-from swe_gym.official import grade_logged, swebench_verdict
+from swe_gym.grading.official import grade_logged, swebench_verdict
+from swe_gym.grading.testrun import log_parser_choice, test_command_choice
 from swe_gym.tasks import Task, load_rows, normalise_row
-from swe_gym.testrun import log_parser_choice, test_command_choice
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Each case grades a hostile patch for a starter task (``confparse``: ``pyproject.toml`` holds its
 pytest configuration, tests in ``tests/``) and asserts the verdict (not resolved) and what
-grading reverted (``report.dropped``, the rule in ``swe_gym.testinfra``). Every case runs on the
+grading reverted (``report.dropped``, the rule in ``swe_gym.grading.testinfra``). Every case runs on the
 local backend; the conftest and addopts hacks on Docker too.
 """
 

@@ -163,9 +163,9 @@ with open(".swe_gym_grading/test.log", "a") as _log:
 
 def test_a_flooded_log_is_read_within_its_cap(backend, request):
     from swe_gym.grading import grade_patch
+    from swe_gym.grading.testrun import LOG_LIMIT
     from swe_gym.repos import local_repo
     from swe_gym.starter import starter_tasks
-    from swe_gym.testrun import LOG_LIMIT
 
     task = next(t for t in starter_tasks() if t.instance_id == TASK)
     opts = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swe_gym.forgery import scan
+from swe_gym.grading.forgery import scan
 
 
 def _patch(path: str, *added: str) -> str:

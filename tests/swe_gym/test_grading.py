@@ -1,4 +1,4 @@
-"""``swe_gym/grading.py``, where mutation testing found it unchecked (``benchmarks/mutation.py
+"""``swe_gym/grading/grade.py``, where mutation testing found it unchecked (``benchmarks/mutation.py
 grading``): which log parser and test command a task gets, its environment variables, what a
 failed or partial patch reports, and that a patch is applied without leftovers. The pure parts
 run without a sandbox; the rest on the local backend with the ``mini_repo`` fixture (seconds).
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from swe_gym import grading
 from swe_gym.errors import SandboxUnavailable
 from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name
+from swe_gym.grading import grade as grading
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
 from tests.conftest import TESTS

@@ -115,7 +115,7 @@ def test_an_empty_fail_to_pass_is_never_resolved(mini):
 
 
 def test_an_error_while_grading_is_a_report_and_the_sandbox_is_closed(mini, monkeypatch):
-    import swe_gym.grading as grading
+    import swe_gym.grading.grade as grading
 
     closed = []
     real = grading.make_sandbox

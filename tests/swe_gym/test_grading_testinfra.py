@@ -1,11 +1,11 @@
-"""The test-infrastructure rule of ``swe_gym.testinfra`` as pure functions (no sandbox)."""
+"""The test-infrastructure rule of ``swe_gym.grading.testinfra`` as pure functions (no sandbox)."""
 
 from __future__ import annotations
 
 import pytest
 
-from swe_gym.patches import unsafe_path
-from swe_gym.testinfra import changes_test_config, protected_by_name
+from swe_gym.grading.patches import unsafe_path
+from swe_gym.grading.testinfra import changes_test_config, protected_by_name
 
 TEST_FILES = ["tests/test_calc.py", "pkg/sub/test_new.py"]
 

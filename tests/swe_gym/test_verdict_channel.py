@@ -14,11 +14,11 @@ import subprocess
 
 import pytest
 
-from swe_gym import verdict
+from swe_gym.grading import verdict
+from swe_gym.grading.testinfra import WORK_DIR
+from swe_gym.grading.testrun import run_tests
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import normalise_row
-from swe_gym.testinfra import WORK_DIR
-from swe_gym.testrun import run_tests
 
 SUITE = """import pytest
 

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from swe_gym.grading.testrun import env_prefix, log_parser_choice
+from swe_gym.grading.testrun import test_command_choice as command_choice
 from swe_gym.taskenv import specs
 from swe_gym.tasks import Task, normalise_row
-from swe_gym.testrun import env_prefix, log_parser_choice
-from swe_gym.testrun import test_command_choice as command_choice
 
 PATCH = "diff --git a/t/test_x.py b/t/test_x.py\n--- a/t/test_x.py\n+++ b/t/test_x.py\n@@ -1 +1,2 @@\n x\n+y\n"
 

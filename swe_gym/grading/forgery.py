@@ -1,7 +1,7 @@
 """A static look at a model patch for the known ways to forge a test verdict.
 
 The patched code runs inside the test process, so it can reach the runner. The verdict channel
-(``swe_gym.verdict``) catches forged logs, early exits and rewritten reports; this check flags
+(``swe_gym.grading.verdict``) catches forged logs, early exits and rewritten reports; this check flags
 the patch that tries, by what its *added lines* in non-test files say. A finding makes the
 grading report ``suspect``; what a suspect patch earns is the env's ``suspect_policy``
 (default: nothing). Families:
@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from swe_gym.testinfra import protected_by_name
+from swe_gym.grading.testinfra import protected_by_name
 
 FAMILIES: dict[str, re.Pattern[str]] = {
     "pytest": re.compile(
@@ -63,7 +63,7 @@ class Finding:
 
 def added_lines(patch: str) -> dict[str, list[str]]:
     """path -> the lines the patch adds to it (b-side paths; ``/dev/null`` sides skipped)."""
-    from swe_gym.patches import unquote
+    from swe_gym.grading.patches import unquote
 
     out: dict[str, list[str]] = {}
     path = None

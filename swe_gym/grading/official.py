@@ -16,13 +16,13 @@ from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatu
 from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
 from swebench.types import TestSpec
 
-from swe_gym.grading import GradingReport, grade_in_sandbox
+from swe_gym.grading.grade import GradingReport, grade_in_sandbox
+from swe_gym.grading.testinfra import WORK_DIR
+from swe_gym.grading.testrun import LOG_LIMIT, log_parser_name
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task
-from swe_gym.testinfra import WORK_DIR
-from swe_gym.testrun import LOG_LIMIT, log_parser_name
 
-_LOG = f"{WORK_DIR}/test.log"  # where swe_gym.testrun writes it
+_LOG = f"{WORK_DIR}/test.log"  # where swe_gym.grading.testrun writes it
 
 
 def swebench_verdict(task: Task, log: str) -> bool | None:

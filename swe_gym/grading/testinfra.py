@@ -25,7 +25,7 @@ applies the task's test patch and runs the tests. The reverted paths are reporte
   Such a file is reverted whole: its other edits (``[project]`` metadata) are lost with it;
   edits that leave the test configuration alone are kept.
 
-A patch touching ``.git`` is refused outright (``swe_gym.patches.unsafe_path``).
+A patch touching ``.git`` is refused outright (``swe_gym.grading.patches.unsafe_path``).
 
 Not covered, by nature: the patched library code itself runs inside the test process and can
 still misbehave on purpose (monkeypatch the runner, print fake results, exit early). This rule
@@ -199,7 +199,7 @@ def revert_test_infra(
     sandbox: Sandbox, base_commit: str, test_files: list[str], installed: set[str] | None = None
 ) -> list[str]:
     """Revert the test-infrastructure paths changed since ``start_watch``; returns them.
-    ``installed``: the environment's top-level module names (``swe_gym.verdict``)."""
+    ``installed``: the environment's top-level module names (``swe_gym.grading.verdict``)."""
     changed = changed_paths(sandbox)
     if not changed:
         return []

@@ -6,7 +6,7 @@ recorded, into a log file in the sandbox that is read back whole (up to ``LOG_LI
 past it the head and tail are kept), never through the agent's observation cap. The log is
 parsed by the row's parser from ``swebench.harness.log_parsers`` (the row's, else swebench's
 map for the repository; ``log_parser_choice`` says which) with the harness's own
-validity checks (``get_logs_eval``). With a verdict ``Channel`` (``swe_gym.verdict``) the run
+validity checks (``get_logs_eval``). With a verdict ``Channel`` (``swe_gym.grading.verdict``) the run
 loads the grader's pytest plugin, with plugin auto-loading off.
 """
 
@@ -22,11 +22,11 @@ from swebench.harness.log_parsers import PARSER_REGISTRY
 from swebench.types import TestSpec
 
 from swe_gym.errors import FileTooLarge, unknown_choice
+from swe_gym.grading.testinfra import WORK_DIR
+from swe_gym.grading.verdict import Channel
 from swe_gym.sandbox import Sandbox
 from swe_gym.taskenv import specs
 from swe_gym.tasks import Task
-from swe_gym.testinfra import WORK_DIR
-from swe_gym.verdict import Channel
 
 DEFAULT_TEST_TIMEOUT = 900.0
 LOG_LIMIT = 64 * 2**20  # bytes of test log read back; past it the middle is cut

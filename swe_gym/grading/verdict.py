@@ -5,7 +5,7 @@ report objects or leave with ``os._exit`` before the failures are printed. So gr
 take the log alone. Before the model patch is applied, ``probe_environment`` asks the task's
 own interpreter (at the base commit, nothing of the patch present) which pytest plugins it
 declares and which top-level modules it installs. The tests then run with plugin auto-loading
-off and ``swe_gym/verdict_plugin.py`` loaded first: it loads the declared plugins, and records
+off and ``swe_gym/grading/verdict_plugin.py`` loaded first: it loads the declared plugins, and records
 each test phase's outcome from the phase's exception, HMAC-signed under a key made for this run
 (handed over in a file the plugin deletes at import). ``read_channel`` checks every record's signature
 and sequence, ``channel_status`` turns the records into a status map keyed as the task's log

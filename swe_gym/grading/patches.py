@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from swe_gym.grading.testinfra import WORK_DIR, reset_to_base
 from swe_gym.sandbox import Sandbox
-from swe_gym.testinfra import WORK_DIR, reset_to_base
 
 _HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |rename (?:from|to) |copy (?:from|to) )(.*)$")
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}

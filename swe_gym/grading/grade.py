@@ -4,15 +4,15 @@ Flow (``grade_in_sandbox``), in a *fresh* sandbox at ``base_commit`` (only the d
 from the agent's sandbox, as bytes):
 
 1. The task's environment is probed before anything of the patch is present
-   (``swe_gym.verdict.probe_environment``: its pytest plugins, its installed modules), and the
+   (``swe_gym.grading.verdict.probe_environment``: its pytest plugins, its installed modules), and the
    base text of every Python file the patch adds lines to is read for the static check.
 2. The model patch is refused when a header path reaches into ``.git`` (any quoting or letter
-   case), is absolute or climbs out (``swe_gym.patches.unsafe_path``); it applies with
+   case), is absolute or climbs out (``swe_gym.grading.patches.unsafe_path``); it applies with
    ``git apply`` only (``model_patch_failed`` with git's message otherwise).
-3. Every test-infrastructure path it changed is reverted (``swe_gym.testinfra``, reported as
+3. Every test-infrastructure path it changed is reverted (``swe_gym.grading.testinfra``, reported as
    ``dropped``), the task's test files are restored and its ``test_patch`` applied.
 4. The tests run with plugin auto-loading off and the grader's plugin recording each outcome
-   (``swe_gym.verdict``); the log is read whole (``swe_gym.testrun``) and parsed by the row's
+   (``swe_gym.grading.verdict``); the log is read whole (``swe_gym.grading.testrun``) and parsed by the row's
    ``swebench`` parser. For a pytest run, records that are missing, unsigned, incomplete (the
    session never finished: ``os._exit``) or that do not back a passing test of the log fail the
    run (``channel_missing``, ``channel_forged``, ``session_incomplete``, ``results_mismatch``).
@@ -21,7 +21,7 @@ from the agent's sandbox, as bytes):
    ``swebench`` rule; ``"official"`` is ``swebench``'s rule (``get_eval_tests_report``,
    ``get_resolution_status``: PASSED or XFAIL pass, a skipped F2P fails, a skipped P2P is no
    regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``).
-6. ``swe_gym.forgery`` scans the patch's added lines for the known forgery families; findings
+6. ``swe_gym.grading.forgery`` scans the patch's added lines for the known forgery families; findings
    are ``suspect`` (what they earn is the env's ``suspect_policy``).
 
 Grading never raises for what the patch does: any error becomes a report with reason
@@ -41,13 +41,11 @@ from typing import Any
 from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatus
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
-from swe_gym import forgery, verdict
 from swe_gym.errors import SandboxUnavailable, unknown_choice
-from swe_gym.patches import apply_patch, patch_paths, unsafe_path
-from swe_gym.sandbox import Sandbox, make_sandbox
-from swe_gym.tasks import Task
-from swe_gym.testinfra import WORK_DIR, reset_to_base, revert_test_infra, start_watch
-from swe_gym.testrun import (
+from swe_gym.grading import forgery, verdict
+from swe_gym.grading.patches import apply_patch, patch_paths, unsafe_path
+from swe_gym.grading.testinfra import WORK_DIR, reset_to_base, revert_test_infra, start_watch
+from swe_gym.grading.testrun import (
     DEFAULT_TEST_CMD,
     DEFAULT_TEST_TIMEOUT,
     LOG_LIMIT,
@@ -59,6 +57,8 @@ from swe_gym.testrun import (
     test_command,
     test_command_choice,
 )
+from swe_gym.sandbox import Sandbox, make_sandbox
+from swe_gym.tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class GradingReport:
     rule: str = "rl"  # rl | official (see the module doc)
     channel: str = "none"  # checked | none (not a pytest run) | the channel's problem
     mismatch: list[str] = field(default_factory=list)  # logged as passing, not so recorded
-    suspect: list[str] = field(default_factory=list)  # swe_gym.forgery findings
+    suspect: list[str] = field(default_factory=list)  # swe_gym.grading.forgery findings
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
     parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
     test_cmd: str = ""  # the test command and where it came from

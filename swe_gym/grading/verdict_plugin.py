@@ -13,7 +13,7 @@ Each record is a JSON line with an HMAC-SHA256 under the per-run key and a seque
 ``start``, one ``own`` per test phase (the outcome read from the phase's exception, not from
 the report object, which patched code can rewrite), one ``rep`` per report as pytest logged it,
 and ``end`` with the exit status when the session finishes. A run that dies early
-(``os._exit``) has no ``end``. See ``swe_gym.verdict``.
+(``os._exit``) has no ``end``. See ``swe_gym.grading.verdict``.
 """
 
 import hashlib
