@@ -18,13 +18,19 @@ grading report ``suspect``; what a suspect patch earns is the env's ``suspect_po
 - ``grader``: this toolkit's names (``swe_gym``, its variables) or a process's environment
   read from ``/proc``.
 
-Not covered, by nature: code that builds these names at run time from pieces, or reads them
-from data files. The channel still holds for what it checks; see SECURITY.md.
+The lines scanned are read from the working tree after the patch is applied (never only the
+diff's text, which ``.gitattributes`` can turn into "binary"), NFKC-normalised as Python reads
+identifiers (a fullwidth ``ｓｙｓ`` is ``sys``). ``native_files`` finds native code or bytecode
+the patch put in the tree (by suffix or by an ELF, Mach-O or PE header): grading refuses it.
+
+This is the second line. The first is the runtime guard (``guard.py``): names built at run time
+from pieces, or read from data files, pass this scan and meet the guard. See SECURITY.md.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from swe_gym.grading.testinfra import protected_by_name
@@ -82,15 +88,64 @@ def added_lines(patch: str) -> dict[str, list[str]]:
     return out
 
 
+NATIVE_SUFFIXES = (".so", ".pyd", ".dylib", ".pyc", ".pyo", ".dll")
+_MAGICS = (
+    b"\x7fELF",
+    b"\xfe\xed\xfa\xce",
+    b"\xfe\xed\xfa\xcf",
+    b"\xce\xfa\xed\xfe",
+    b"\xcf\xfa\xed\xfe",
+    b"\xca\xfe\xba\xbe",
+)
+
+
+def native_kind(path: str, head: bytes) -> str | None:
+    """Why ``path`` (its first bytes ``head``) is native code or bytecode, else None."""
+    low = path.lower()
+    if low.endswith(NATIVE_SUFFIXES) or ".so." in low.rsplit("/", 1)[-1]:
+        return "a native or bytecode file name"
+    if head.startswith(_MAGICS):
+        return "an ELF or Mach-O header"
+    if head.startswith(b"MZ") and len(head) >= 64:
+        at = int.from_bytes(head[60:64], "little")
+        if head[at : at + 4] == b"PE\0\0":
+            return "a PE header"
+    return None
+
+
+def normalise(text: str) -> str:
+    """As Python reads identifiers (NFKC): ``ｓｙｓ.ｍｏｄｕｌｅｓ`` reads ``sys.modules``."""
+    return unicodedata.normalize("NFKC", text)
+
+
+def tree_added_lines(
+    current: dict[str, str], base_text: dict[str, str | None]
+) -> dict[str, list[str]]:
+    """path -> the lines of the file as it is in the tree that its base text does not hold."""
+    out = {}
+    for path, text in current.items():
+        before = set(normalise(base_text.get(path) or "").splitlines())
+        out[path] = [x for x in normalise(text).splitlines() if x not in before]
+    return out
+
+
 def scan(
-    patch: str, test_files: list[str], base_text: dict[str, str | None] | None = None
+    patch: str,
+    test_files: list[str],
+    base_text: dict[str, str | None] | None = None,
+    current: dict[str, str] | None = None,
 ) -> list[Finding]:
     """Findings in the non-test files ``patch`` adds lines to. ``base_text``: path -> the
     file's text at the base commit (None: new), used to exempt pytest-aware files from the
-    ``pytest`` family."""
+    ``pytest`` family. ``current``: path -> the file's text in the tree after the patch; its
+    new lines are scanned too (what runs, whatever the diff's text shows)."""
     base_text = base_text or {}
     found = []
-    for path, lines in added_lines(patch).items():
+    lines_of = {p: [normalise(x) for x in v] for p, v in added_lines(patch).items()}
+    for path, extra in tree_added_lines(current or {}, base_text).items():
+        have = set(lines_of.get(path, []))
+        lines_of.setdefault(path, []).extend(x for x in extra if x not in have)
+    for path, lines in lines_of.items():
         if not path.endswith((".py", ".pyi")) or protected_by_name(path, test_files, True):
             continue  # test infrastructure is reverted before the tests run
         pytest_aware = bool(_IMPORTS_PYTEST.search(base_text.get(path) or ""))

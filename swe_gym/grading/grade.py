@@ -44,7 +44,13 @@ from swebench.harness.grading import get_eval_tests_report, get_resolution_statu
 from swe_gym.errors import SandboxUnavailable, unknown_choice
 from swe_gym.grading import forgery, verdict
 from swe_gym.grading.patches import apply_patch, patch_paths, unsafe_path
-from swe_gym.grading.testinfra import WORK_DIR, reset_to_base, revert_test_infra, start_watch
+from swe_gym.grading.testinfra import (
+    WORK_DIR,
+    changed_paths,
+    reset_to_base,
+    revert_test_infra,
+    start_watch,
+)
 from swe_gym.grading.testrun import (
     DEFAULT_TEST_CMD,
     DEFAULT_TEST_TIMEOUT,
@@ -93,6 +99,8 @@ class GradingReport:
     channel: str = "none"  # checked | none (not a pytest run) | the channel's problem
     mismatch: list[str] = field(default_factory=list)  # logged as passing, not so recorded
     suspect: list[str] = field(default_factory=list)  # swe_gym.grading.forgery findings
+    tampered: list[str] = field(default_factory=list)  # the runtime guard's findings (guard.py)
+    injected_tests: list[str] = field(default_factory=list)  # node ids no test file defines
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
     parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
     test_cmd: str = ""  # the test command and where it came from
@@ -130,15 +138,33 @@ def grade_in_sandbox(
 
 
 def _base_texts(sandbox: Sandbox, patch: str) -> dict[str, str | None]:
-    """The base text of each Python file the patch adds lines to (the tree is at base)."""
+    """The base text of each Python file the patch names (the tree is at base), read before
+    the patch is applied: its header paths, whatever its hunks show (a ``binary`` diff too)."""
     out: dict[str, str | None] = {}
-    for path in forgery.added_lines(patch):
+    for path in set(patch_paths(patch)) | set(forgery.added_lines(patch)):
         if path.endswith((".py", ".pyi")):
             try:
                 out[path] = sandbox.read_file(path).decode("utf-8", "replace")
             except (FileNotFoundError, IsADirectoryError, ValueError, OSError):
                 out[path] = None
     return out
+
+
+def _tree_files(sandbox: Sandbox, paths: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The text of each Python file among ``paths`` as it is in the tree (what will run),
+    and the native code or bytecode among them (``forgery.native_kind``)."""
+    texts, native = {}, []
+    for path in paths:
+        try:
+            data = sandbox.read_file(path, max_bytes=8 * 2**20)
+        except (FileNotFoundError, IsADirectoryError, ValueError, OSError):
+            continue
+        why = forgery.native_kind(path, data[:4096])
+        if why is not None:
+            native.append(f"{path} ({why})")
+        elif path.endswith((".py", ".pyi")):
+            texts[path] = data.decode("utf-8", "replace")
+    return texts, native
 
 
 def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: GradingReport) -> None:
@@ -150,9 +176,7 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     env = verdict.probe_environment(sandbox, env_prefix(task))
     if env.error:
         log.warning("grading %s: %s", task.instance_id, env.error)
-    report.suspect = [
-        str(f) for f in forgery.scan(patch, task.test_files, _base_texts(sandbox, patch))
-    ]
+    base_texts = _base_texts(sandbox, patch)
     start_watch(sandbox)
     method, applied = apply_patch(sandbox, patch, "model")
     report.patch_applied_with = method
@@ -161,7 +185,18 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         report.detail = "git apply refused the patch"
         _finish(report, task, {})
         return
-    report.dropped = revert_test_infra(sandbox, task.base_commit, task.test_files, env.modules)
+    changed = changed_paths(sandbox)
+    report.dropped = revert_test_infra(
+        sandbox, task.base_commit, task.test_files, env.modules, changed
+    )
+    kept = [p for p in changed if p not in report.dropped]
+    current, native = _tree_files(sandbox, kept)
+    report.suspect = [str(f) for f in forgery.scan(patch, task.test_files, base_texts, current)]
+    if native:
+        report.reason = "native_code"
+        report.detail = "the patch puts native code or bytecode in the tree: " + ", ".join(native)
+        _finish(report, task, {})
+        return
     restore_test_files(sandbox, task)
     test_method, test_log = apply_patch(
         sandbox, task.test_patch, "test", task.base_commit, strict=False
@@ -177,7 +212,12 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     use_channel = parser in verdict.PYTEST_PARSERS and (task.install_config or {}).get(
         "verdict_channel", True
     )
-    channel = verdict.prepare(sandbox, WORK_DIR, env) if use_channel else None
+    guard = {
+        "patched": kept,
+        "tests": task.test_files,
+        "watched": task.FAIL_TO_PASS + task.PASS_TO_PASS,
+    }
+    channel = verdict.prepare(sandbox, WORK_DIR, env, guard) if use_channel else None
     run = run_tests(sandbox, task, timeout, channel=channel)
     report.exit_code, report.log_tail, report.log_truncated = (
         run.exit_code,
@@ -189,19 +229,24 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     elif not run.valid:
         report.reason = "suite_did_not_run"
     elif channel is not None:
-        _check_channel(report, task, run, verdict.read_channel(sandbox, channel), parser)
+        _check_channel(report, task, run, verdict.read_channel(sandbox, channel))
     _finish(report, task, run.status, ran=not run.timed_out)
 
 
 def _check_channel(
-    report: GradingReport, task: Task, run: TestRun, res: verdict.ChannelResult, parser: str
+    report: GradingReport, task: Task, run: TestRun, res: verdict.ChannelResult
 ) -> None:
     report.plugins = res.plugins
+    report.tampered, report.injected_tests = res.tampered, verdict.injected(res)
     if res.problem is not None:
         report.channel, report.reason, report.detail = res.problem, res.problem, res.detail
         return
     report.channel = "checked"
-    chan = verdict.channel_status(res, parser)
+    if res.tampered:
+        report.reason = "tampered"
+        report.detail = "the runtime guard saw: " + "; ".join(res.tampered[:20])
+        return
+    chan = verdict.exact_status(res)
     report.mismatch = verdict.compare(run.status, chan, task.FAIL_TO_PASS + task.PASS_TO_PASS)
     if report.mismatch:
         report.reason = "results_mismatch"

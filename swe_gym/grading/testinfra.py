@@ -12,7 +12,7 @@ applies the task's test patch and runs the tests. The reverted paths are reporte
   its name is ``test_*.py`` / ``*_test.py``;
 - its name, in any letter case, is ``conftest.py``, ``pytest.ini``, ``.pytest.ini``,
   ``pytest.toml``, ``.pytest.toml``, ``tox.ini`` (whole file),
-  ``sitecustomize.py``, ``usercustomize.py`` or ``*.pth``, or it is compiled bytecode
+  ``sitecustomize.py``, ``usercustomize.py``, ``.gitattributes`` or ``*.pth``, or it is compiled bytecode
   (``__pycache__``, ``*.pyc``), pytest's cache (``.pytest_cache``) or installed metadata
   (``*.egg-info`` / ``*.dist-info``: entry points register plugins);
 - it is a *new* module named like the test runner (``pytest``, ``_pytest``, ``pluggy``,
@@ -53,6 +53,7 @@ _ALWAYS = {  # compared in lower case: a case variant is dropped as well
     "tox.ini",
     "sitecustomize.py",
     "usercustomize.py",
+    ".gitattributes",  # it decides how git shows a file (``binary`` hides a diff's lines)
 }
 _CONFIGS = ("pyproject.toml", "setup.cfg")  # reverted when their test configuration changed
 _NO_NEW = {"pytest", "_pytest", "pluggy", "py"}  # runner modules a new file must not shadow
@@ -196,11 +197,16 @@ def _base_top(sandbox: Sandbox, base: str) -> set[str]:
 
 
 def revert_test_infra(
-    sandbox: Sandbox, base_commit: str, test_files: list[str], installed: set[str] | None = None
+    sandbox: Sandbox,
+    base_commit: str,
+    test_files: list[str],
+    installed: set[str] | None = None,
+    changed: list[str] | None = None,
 ) -> list[str]:
     """Revert the test-infrastructure paths changed since ``start_watch``; returns them.
-    ``installed``: the environment's top-level module names (``swe_gym.grading.verdict``)."""
-    changed = changed_paths(sandbox)
+    ``installed``: the environment's top-level module names (``swe_gym.grading.verdict``);
+    ``changed``: ``changed_paths`` when the caller has it already."""
+    changed = changed_paths(sandbox) if changed is None else changed
     if not changed:
         return []
     in_base = _in_base(sandbox, base_commit, changed)

@@ -33,6 +33,7 @@ from swe_gym.sandbox import Sandbox
 
 PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"})
 PLUGIN_MODULE = "swe_gym_verdict"
+GUARD_MODULE = "swe_gym_guard"
 MAX_RECORD_BYTES = 64 * 2**20  # more than any honest run writes; past it the channel is broken
 PASSING = frozenset({"PASSED", "XFAIL"})
 _UNSET = "__swe_gym_unset__"  # the variable was not set before the grader's run
@@ -89,18 +90,27 @@ class Channel:
     exports: str  # shell: write the plugin and key file, export what loads the plugin
 
 
-def prepare(sandbox: Sandbox, work_dir: str, env: Environment) -> Channel:
-    """The run's channel: the plugin and the key file are written by the test command's own
-    shell just before the tests start (no file API round trips: on Docker each costs a
-    request), then the variables that load the plugin are exported."""
+def prepare(
+    sandbox: Sandbox, work_dir: str, env: Environment, guard: dict[str, Any] | None = None
+) -> Channel:
+    """The run's channel: the plugin, its guard and the key file are written by the test
+    command's own shell just before the tests start (no file API round trips: on Docker each
+    costs a request), then the variables that load the plugin are exported. ``guard``: the
+    guard's inputs (``patched``, ``tests``: paths relative to the workdir; ``watched``: the
+    task's test ids), written as one file."""
     key, name = secrets.token_hex(32), secrets.token_hex(8)
     folder = f"{work_dir}/verdict"
     root = sandbox.workdir.rstrip("/")
     path, keyfile = f"{folder}/{name}.rec", f"{root}/{folder}/{name}.key"
-    plugin = base64.b64encode((Path(__file__).parent / "verdict_plugin.py").read_bytes()).decode()
+    here = Path(__file__).parent
+    plugin = base64.b64encode((here / "verdict_plugin.py").read_bytes()).decode()
+    guard_code = base64.b64encode((here / "guard.py").read_bytes()).decode()
+    guard_file = f"{folder}/{name}.json"
+    sandbox.write_file(guard_file, json.dumps({"root": root, **(guard or {})}))
     exports = (
         f"mkdir -p {root}/{folder} && printf %s {plugin} | base64 -d > "
-        f"{root}/{folder}/{PLUGIN_MODULE}.py && (umask 077; printf %s {key} > {keyfile}); "
+        f"{root}/{folder}/{PLUGIN_MODULE}.py && printf %s {guard_code} | base64 -d > "
+        f"{root}/{folder}/{GUARD_MODULE}.py && (umask 077; printf %s {key} > {keyfile}); "
     )
     exports += "".join(
         f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
@@ -111,6 +121,7 @@ def prepare(sandbox: Sandbox, work_dir: str, env: Environment) -> Channel:
     exports += (
         f"export SWE_GYM_VERDICT_KEYFILE={shlex.quote(keyfile)} "
         f"SWE_GYM_VERDICT_PATH={shlex.quote(f'{root}/{path}')} "
+        f"SWE_GYM_VERDICT_GUARD={shlex.quote(f'{root}/{guard_file}')} "
         f"SWE_GYM_VERDICT_PLUGINS={shlex.quote(json.dumps(env.plugins))} "
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
         f'PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}" '
@@ -128,6 +139,8 @@ class ChannelResult:
     sessions: int = 0
     ended: int = 0
     plugins: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)  # the guard's findings (guard.py)
+    conflicts: set[str] = field(default_factory=set)  # node ids recorded twice with two outcomes
     problem: str | None = None  # channel_missing | channel_forged | session_incomplete
     detail: str = ""
 
@@ -161,10 +174,23 @@ def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
             out.plugins = sorted(set(out.plugins) | set(rest[0]))
         elif kind == "end":
             out.ended += 1
-        elif kind == "own":
-            out.own.setdefault(rest[0], {})[rest[1]] = rest[2]
+        elif kind == "tamper":
+            out.tampered.append(str(rest[1]))
+        elif kind == "own":  # a node id run twice (two items, one id) keeps its worse outcome
+            phases = out.own.setdefault(rest[0], {})
+            if phases.get(rest[1], rest[2]) != rest[2]:
+                out.conflicts.add(rest[0])
+                if phases[rest[1]] == "passed":
+                    phases[rest[1]] = rest[2]
+            else:
+                phases[rest[1]] = rest[2]
         elif kind == "rep":
-            out.rep.setdefault(rest[0], {})[rest[1]] = (rest[2], bool(rest[3]))
+            reps = out.rep.setdefault(rest[0], {})
+            if reps.get(rest[1], (rest[2],))[0] != rest[2]:
+                out.conflicts.add(rest[0])
+                if reps[rest[1]][0] != "passed":
+                    continue
+            reps[rest[1]] = (rest[2], bool(rest[3]))
     if out.sessions == 0:
         out.problem, out.detail = "channel_missing", "the plugin never started"
     elif out.ended < out.sessions:
@@ -218,20 +244,46 @@ def summary_lines(res: ChannelResult) -> list[str]:
     return [line for k in _ORDER for line in lines[k]]
 
 
-def channel_status(res: ChannelResult, parser: str) -> dict[str, str]:
-    """The records as the task's log parser keys the log."""
-    from swebench.harness.log_parsers import PARSER_REGISTRY
+def exact_status(res: ChannelResult) -> dict[str, str]:
+    """The records' status of each exact node id (no parser between: a parser keys a line by
+    its first word after the status, so ``PASSED path::test_x twin`` would stand for
+    ``path::test_x``). A node id with a passing and a failing line (a teardown error) counts
+    as pytest's later line, as the parsers read it."""
+    out: dict[str, str] = {}
+    for line in summary_lines(res):
+        status, _, rest = line.partition(" ")
+        nodeid = rest.rsplit(" - ", 1)[0] if status in ("ERROR", "FAILED") else rest
+        out[nodeid] = status
+    return out
 
-    return PARSER_REGISTRY[parser]("\n".join(summary_lines(res)), None)
+
+def injected(res: ChannelResult) -> list[str]:
+    """Node ids no test file can define: a name part (outside ``[...]`` parameters) that is
+    not an identifier, e.g. ``test_x twin`` made at run time to collide with ``test_x``."""
+    bad = []
+    for nodeid in sorted(set(res.own) | set(res.rep)):
+        parts = nodeid.split("[", 1)[0].split("::")[1:]
+        if any(not p.isidentifier() for p in parts):
+            bad.append(nodeid)
+    return bad
 
 
 def _lookup(chan: dict[str, str], test: str) -> str | None:
-    """``test``'s recorded status. Some parsers key a line with its reason (``x - why``,
-    which the records do not hold): then the record whose id the key starts with."""
+    """``test``'s recorded status, by its exact node id. Some parsers key a line with its
+    reason (``x - why``) or cut it at a space inside its parameters: then the record whose id
+    the key starts with, never one whose name part is not an identifier."""
     if test in chan:
         return chan[test]
-    stems = [c for c in chan if test.startswith(c + " ")]
-    return chan[max(stems, key=len)] if stems else None
+    stems = [
+        c
+        for c in chan
+        if test.startswith(c + " ")
+        and all(p.isidentifier() for p in c.split("[", 1)[0].split("::")[1:])
+    ]
+    if stems:
+        return chan[max(stems, key=len)]
+    cut = [c for c in chan if c.startswith(test + " ") and "[" in test and "]" not in test]
+    return chan[cut[0]] if len(cut) == 1 else None
 
 
 def compare(log: dict[str, str], chan: dict[str, str], tests: list[str]) -> list[str]:

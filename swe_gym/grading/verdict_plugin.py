@@ -16,37 +16,57 @@ and ``end`` with the exit status when the session finishes. A run that dies earl
 (``os._exit``) has no ``end``. See ``swe_gym.grading.verdict``.
 """
 
-import hashlib
-import hmac
 import json
 import os
+import sys
 
 import pytest
 
 
-def _writer():
-    """The record writer, its key held in the closure only (read from a file deleted here)."""
+def _emit(*record):
+    """Every record goes through here: the guard's audit hook writes it only when called from
+    this function's code with no untrusted code on the stack (see ``swe_gym_guard``)."""
+    if _FALLBACK is not None:  # no audit hooks (Python < 3.8): written directly, unguarded
+        if record[0] == "own":
+            record = ("own", record[1].nodeid) + tuple(record[2:])
+        if record[0] != "watch":
+            _FALLBACK(*record)
+        return
+    if _ON:
+        sys.audit("swe_gym.verdict", *record)
+
+
+def _start():
+    """Take the inputs out of the environment, read the test files' bytes, install the guard.
+    Returns (on, fallback writer)."""
     keyfile = os.environ.pop("SWE_GYM_VERDICT_KEYFILE", "")
     path = os.environ.pop("SWE_GYM_VERDICT_PATH", "")
+    guard_file = os.environ.pop("SWE_GYM_VERDICT_GUARD", "")
     if not keyfile or not path:
-        return lambda *record: None  # a pytest started by the tests: nothing to record
+        return False, None  # a pytest started by the tests: nothing to record
     with open(keyfile, "rb") as f:
         key = f.read().strip()
     os.unlink(keyfile)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    seq = [0]
+    config = {}
+    if guard_file:
+        with open(guard_file, "rb") as f:
+            config = json.loads(f.read().decode("utf-8", "surrogateescape"))
+    root = config.get("root") or os.getcwd()
+    sources = {}
+    for rel in config.get("tests", []):
+        full = os.path.realpath(os.path.join(root, rel))
+        try:
+            with open(full, "rb") as f:
+                sources[full] = f.read()
+        except OSError:
+            continue
+    import swe_gym_guard
 
-    def write(*record):
-        seq[0] += 1
-        line = json.dumps([os.getpid(), seq[0]] + list(record), separators=(",", ":"))
-        raw = line.encode("utf-8", "surrogateescape")
-        mac = hmac.new(key, raw, hashlib.sha256).hexdigest()
-        os.write(fd, mac.encode("ascii") + b"\t" + raw + b"\n")
-
-    return write
+    fallback = swe_gym_guard.install(config, key, path, _emit.__code__, sources)
+    return True, fallback
 
 
-_write = _writer()
+_ON, _FALLBACK = _start()
 _ALLOWED = json.loads(os.environ.pop("SWE_GYM_VERDICT_PLUGINS", "[]") or "[]")
 for _name in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH"):
     _old = os.environ.pop("SWE_GYM_VERDICT_OLD_" + _name, None)
@@ -93,7 +113,7 @@ def pytest_addoption(parser, pluginmanager):
             continue
         pluginmanager.register(plugin, name)
         loaded.append(name)
-    _write("start", sorted(loaded))
+    _emit("start", sorted(loaded))
 
 
 def _own(call):
@@ -111,12 +131,12 @@ def _own(call):
 def pytest_runtest_makereport(item, call):
     own = _own(call)
     yield
-    _write("own", item.nodeid, call.when, own)
+    _emit("own", item, call.when, own)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report):
-    _write(
+    _emit(
         "rep",
         report.nodeid,
         report.when,
@@ -126,5 +146,10 @@ def pytest_runtest_logreport(report):
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    _emit("watch", session)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    _write("end", int(exitstatus))
+    _emit("end", int(exitstatus))

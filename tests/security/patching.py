@@ -11,7 +11,7 @@ from swe_gym.repos import local_repo
 def patch_maker(task, workdir):
     """``make({path: edit})`` -> the git diff from ``task``'s base commit that makes the edits.
     An edit is the new text, None (delete), ``("link", target)`` (a symlink),
-    ``("append", text)``, or a function of the base text. The work tree is reset after each."""
+    ``("append", text)``, ``("bytes", data)``, or a function of the base text. The work tree is reset after each."""
     wt = workdir / "wt"
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(workdir)}
 
@@ -33,6 +33,8 @@ def patch_maker(task, workdir):
                 p.write_text(value(p.read_text()))
             elif isinstance(value, tuple) and value[0] == "append":
                 p.write_text(p.read_text() + value[1])
+            elif isinstance(value, tuple) and value[0] == "bytes":
+                p.write_bytes(value[1])
             elif value is None or isinstance(value, tuple):  # delete, or replace by a link
                 subprocess.run(["rm", "-rf", str(p)], check=True)
                 if value is not None:

@@ -1,0 +1,693 @@
+"""The runtime guard of the test process: an audit hook (PEP 578) the patched code cannot remove.
+
+Shipped beside ``verdict_plugin.py`` as ``swe_gym_guard`` and installed by the plugin at its
+import, before any code of the patch runs (never imported by the toolkit itself; it keeps to
+old syntax). Everything it uses is bound inside ``install`` when it starts: C functions and the
+hook's closure, never a module attribute that code of the patch could swap later.
+
+**Records.** The hook owns the record file and the run's key. The plugin raises a
+``swe_gym.verdict`` event from its ``emit`` function; the hook writes the record only when the
+caller is that function's code with no untrusted frame on the stack, and runs the integrity
+checks (``_checks``) before writing each test phase of the watched tests and at session end.
+Nothing reachable from Python objects holds the key but the hook's closure, and reaching that
+takes ``gc`` or ``ctypes`` (vetoed below).
+
+**Attribution.** A frame is *untrusted* when its code's file is one the patch added or changed,
+a file changed after the guard started (ctime), or a name registered as made by untrusted code
+(code compiled or built while untrusted code was on the stack, under a name that is not an
+import of that file's own bytes). Making code named as a test file, the runner's or the
+grader's files with untrusted code on the stack is tampering.
+
+**Events.** With untrusted code on the stack (or in a thread whose target is untrusted):
+tracing and profiling hooks, ``sys.monitoring`` callbacks, ``gc`` object walks, other threads'
+frames, ``ctypes`` memory and symbol access, importing ``ctypes``, assigning a function's code
+or defaults outside the patched files, unmarshalling code, and opening the grader's files are
+vetoed (the operation raises) and recorded (``tamper``); so is loading native code written
+after the start, whoever asks. The verdict is then ``tampered`` (``verdict.py``).
+"""
+
+import sys
+
+# Rebound by honest code during a run (pytest's capture and warnings plugins, unittest).
+_REBOUND = frozenset(
+    [
+        "excepthook",
+        "unraisablehook",
+        "displayhook",
+        "breakpointhook",
+        "stdout",
+        "stderr",
+        "stdin",
+        "showwarning",
+        "_showwarnmsg_impl",
+        "_showwarning_orig",
+    ]
+)
+_SKIP = frozenset(["warnings", "__main__"])
+
+
+class Tampered(RuntimeError):
+    """Raised inside the audited operation: the operation does not happen."""
+
+
+def install(config, key, path, emit_code, trusted_sources):
+    """Open the record file and install the audit hook. Returns ``write`` on Pythons without
+    audit hooks (3.6, 3.7: records are then written directly, unguarded), else None."""
+    import _thread
+    import builtins
+    import os
+    import threading
+
+    try:
+        from _hashlib import hmac_digest
+    except ImportError:  # Python < 3.7 (and no audit hooks there either)
+        import hmac as _hmac
+
+        def hmac_digest(k, m, d):
+            return _hmac.new(k, m, d).digest()
+
+    # Bound now: code of the patch may later swap any module attribute, not these references.
+    b_getattr, b_isinstance, b_len, b_str, b_bytes = getattr, isinstance, len, str, bytes
+    b_int, b_list, b_tuple, b_type, b_any = int, list, tuple, type, any
+    b_vars, b_id, b_repr, b_sorted, b_dict = vars, id, repr, sorted, dict
+    o_open, o_write, o_fstat, o_stat, o_lstat = os.open, os.write, os.fstat, os.stat, os.lstat
+    o_readlink, o_getcwd, o_getpid = os.readlink, os.getcwd, os.getpid
+    getframe, get_ident = sys._getframe, _thread.get_ident
+    gettrace, getprofile = sys.gettrace, sys.getprofile
+    current_frames = sys._current_frames
+    modules, meta_path, path_hooks, importer_cache = (
+        sys.modules,
+        sys.meta_path,
+        sys.path_hooks,
+        sys.path_importer_cache,
+    )
+    main_ident = get_ident()
+    lock = _thread.RLock()
+    busy = _thread._local()
+
+    fd = o_open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    boot = o_fstat(fd).st_ctime  # the file system's clock, as the ctimes compared with it
+
+    def resolve(name):
+        """``os.path.realpath`` from bound primitives (the stdlib one reads module globals)."""
+        if not b_isinstance(name, b_str):
+            return None
+        if not name.startswith("/"):
+            name = o_getcwd() + "/" + name
+        parts, out, hops = name.split("/"), [], 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if out:
+                    out.pop()
+                continue
+            cur = "/" + "/".join(out + [part])
+            try:
+                mode = o_lstat(cur).st_mode
+            except (OSError, ValueError):
+                out.append(part)
+                continue
+            if mode & 0o170000 == 0o120000 and hops < 40:
+                hops += 1
+                target = o_readlink(cur)
+                if target.startswith("/"):
+                    out = []
+                parts = target.split("/") + parts
+                continue
+            out.append(part)
+        return "/" + "/".join(out)
+
+    def written_after(real):
+        cur = real
+        while cur and cur != "/":
+            try:
+                return o_stat(cur).st_ctime > boot
+            except (OSError, ValueError):
+                cur = cur.rsplit("/", 1)[0]
+        return True
+
+    def same_bytes(name, source):
+        if not b_isinstance(source, (b_bytes, b_str)) or not b_isinstance(name, b_str):
+            return False
+        try:
+            f = o_open(name, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(f, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(f)
+        if b_isinstance(source, b_str):
+            source = source.encode("utf-8", "surrogateescape")
+        return b"".join(chunks) == source
+
+    root = resolve(config.get("root") or o_getcwd())
+    grader_dir = resolve(path.rsplit("/", 1)[0])
+    patched = set(resolve(root + "/" + p) for p in config.get("patched", []))
+    tests = set(resolve(root + "/" + p) for p in config.get("tests", []))
+    watched = set(config.get("watched", []))
+    runner_dirs = []
+    for name in ("_pytest", "pytest", "pluggy", "py"):
+        f = b_getattr(modules.get(name), "__file__", None)
+        if f:
+            d = resolve(f.rsplit("/", 1)[0] if f.endswith("__init__.py") else f)
+            if d and not d.startswith(root + "/"):  # a runner under test is not protected
+                runner_dirs.append(d)
+
+    def jstr(s):
+        out = s.replace("\\", "\\\\").replace('"', '\\"')
+        if b_any(ord(c) < 32 for c in out):
+            out = "".join(c if ord(c) >= 32 else "\\u%04x" % ord(c) for c in out)
+        return '"' + out + '"'
+
+    def jdump(v):
+        if v is None:
+            return "null"
+        if v is True or v is False:
+            return "true" if v else "false"
+        if b_type(v) is b_int:
+            return "%d" % v
+        if b_type(v) in (b_list, b_tuple):
+            return "[" + ",".join(jdump(x) for x in v) + "]"
+        return jstr(b_str.__str__(v) if b_isinstance(v, b_str) else b_repr(v))
+
+    seq = [0]
+
+    def write(*record):
+        with lock:
+            seq[0] += 1
+            raw = jdump([o_getpid(), seq[0]] + b_list(record)).encode("utf-8", "surrogateescape")
+            mac = hmac_digest(key, raw, "sha256").hex()
+            o_write(fd, mac.encode("ascii") + b"\t" + raw + b"\n")
+
+    names = {}  # filename -> untrusted? (cache)
+    made = set()  # names of code made while untrusted code ran
+    seen = set()  # tamper texts already written
+
+    def untrusted_file(name):
+        if not b_isinstance(name, b_str):
+            return True
+        hit = names.get(name)
+        if hit is not None:
+            return hit
+        if name in made:
+            hit = True
+        elif name.startswith("<"):
+            hit = False
+        else:
+            real = resolve(name)
+            hit = real is None or real in patched or written_after(real)
+        names[name] = hit
+        return hit
+
+    def protected(name):
+        if not b_isinstance(name, b_str):
+            return False
+        if name.startswith("<frozen"):
+            return True
+        real = resolve(name)
+        if real is None:
+            return False
+        if real in tests or (grader_dir and real.startswith(grader_dir + "/")):
+            return True
+        return b_any(real == d or real.startswith(d + "/") for d in runner_dirs)
+
+    def culprit(frame):
+        """The first untrusted frame's file on ``frame``'s stack; in another thread than the
+        main one, also its target when untrusted."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if untrusted_file(name):
+                return name
+            frame = frame.f_back
+        if get_ident() != main_ident:
+            t = threading._active.get(get_ident())
+            target = b_getattr(t, "_target", None)
+            if target is not None and not trusted_callable(target):
+                return "a thread running %r" % (target,)
+        return None
+
+    def trusted_callable(obj):
+        """Whether ``obj``'s code (function, bound method, a callable object's or finder's
+        class and its bases) comes from trusted files; C callables are trusted."""
+        for _ in range(8):
+            code = b_getattr(obj, "__code__", None)
+            if code is not None:
+                return not untrusted_file(code.co_filename)
+            func = b_getattr(obj, "__func__", None)
+            if func is None:
+                break
+            obj = func
+        cls = obj if b_isinstance(obj, b_type) else b_type(obj)
+        for klass in b_getattr(cls, "__mro__", (cls,)):
+            for meth in b_getattr(klass, "__dict__", {}).values():
+                code = b_getattr(b_getattr(meth, "__func__", meth), "__code__", None)
+                if code is not None and untrusted_file(code.co_filename):
+                    return False
+        return True
+
+    def tamper(kind, detail, veto=True):
+        text = "%s: %s" % (kind, detail)
+        if text not in seen and b_len(seen) < 200:
+            seen.add(text)
+            write("tamper", kind, text[:600])
+        if veto:
+            raise Tampered("the grader refused this operation (%s)" % kind)
+
+    walks = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
+
+    def strict(event, args, frame):
+        who = culprit(frame)
+        if who is None and event in walks and get_ident() != main_ident:
+            who = "another thread"  # a pool thread runs what the patch handed it, frame-less
+        if who is not None:
+            tamper(event, "from %s" % who)
+
+    def on_trace(event, args, frame):
+        strict(event, args, frame)
+        hook = b_getattr(threading, "_trace_hook" if event == "sys.settrace" else "_profile_hook")
+        if hook is not None and get_ident() != main_ident and not trusted_callable(hook):
+            tamper(event, "threading hook %r" % (hook,))
+
+    def on_setattr(event, args, frame):
+        obj, attr = args[0], args[1]
+        if attr not in ("__code__", "__defaults__", "__kwdefaults__"):
+            return
+        target = b_getattr(b_getattr(obj, "__code__", None), "co_filename", None)
+        if protected(target):
+            tamper("function." + attr, "of %r (%s)" % (obj, target))
+        who = culprit(frame)
+        if who is not None and not untrusted_file(target):
+            tamper("function." + attr, "of %r (%s) from %s" % (obj, target, who))
+
+    def on_made(name, source, frame, from_loader):
+        genuine = from_loader and same_bytes(name, source)
+        if genuine:
+            return
+        if protected(name):
+            tamper("code made as %s" % (name,), "from %s" % culprit(frame))
+        made.add(name)
+        names.pop(name, None)
+
+    def on_compile(event, args, frame):
+        if culprit(frame) is None:
+            return
+        name = args[1] if b_len(args) > 1 else None
+        on_made(name, args[0], frame, frame.f_code.co_filename.startswith("<frozen importlib"))
+
+    def on_code_new(event, args, frame):
+        if frame is not None and frame.f_code.co_name in ("_compile_bytecode", "get_code"):
+            return  # unmarshalled by the importer: on_marshal decides
+        if culprit(frame) is not None:
+            on_made(args[1], None, frame, False)
+
+    def on_exec(event, args, frame):
+        name = b_getattr(args[0], "co_filename", None)
+        if name is None or resolve(name) not in tests:
+            return
+        who = culprit(frame)
+        if who is not None:
+            tamper(event, "of test code %s from %s" % (name, who))
+
+    def on_marshal(event, args, frame):
+        who = culprit(frame)
+        if who is None:
+            return
+        if frame is not None and frame.f_code.co_name == "_compile_bytecode":
+            loc = frame.f_locals
+            pyc, src = loc.get("bytecode_path"), loc.get("source_path")
+            if src and pyc and not untrusted_file(src) and not written_after(resolve(pyc)):
+                return
+            if src and pyc:  # a cache written during this run: its source's frames untrusted
+                made.add(src)
+                names.pop(src, None)
+                return
+        tamper(event, "code unmarshalled with %s on the stack" % who)
+
+    def on_import(event, args, frame):
+        name = args[1] if b_len(args) > 1 else None
+        if b_isinstance(name, b_str) and name.endswith((".so", ".pyd", ".dylib")):
+            real = resolve(name)
+            if real is None or real in patched or written_after(real):
+                tamper("native import", "%s (%s)" % (args[0], name))
+        elif args[0] in ("ctypes", "_ctypes"):
+            who = culprit(frame)
+            if who is not None:
+                tamper("import ctypes", "from %s" % who)
+
+    def on_dlopen(event, args, frame):
+        name = args[0]
+        if b_isinstance(name, b_str) and "/" in name:
+            real = resolve(name)
+            if real is None or real in patched or written_after(real):
+                tamper(event, name)
+        strict(event, args, frame)
+
+    def on_open(event, args, frame):
+        name = args[0]
+        if b_isinstance(name, b_bytes):
+            name = name.decode("utf-8", "surrogateescape")
+        if not b_isinstance(name, b_str) or not grader_dir:
+            return
+        real = resolve(name)
+        if real and (real == grader_dir or real.startswith(grader_dir + "/")):
+            who = culprit(frame)
+            if who is not None:
+                tamper("open grader file", "%s from %s" % (name, who))
+
+    checks = _checks(
+        config=config,
+        trusted_sources=trusted_sources,
+        tamper=tamper,
+        untrusted_file=untrusted_file,
+        trusted_callable=trusted_callable,
+        resolve=resolve,
+        tests=tests,
+        root=root,
+        prims=(b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len),
+        sysv=(modules, meta_path, path_hooks, importer_cache, gettrace, getprofile, current_frames),
+    )
+
+    def on_record(event, args, frame):
+        if frame is None or frame.f_code is not emit_code or culprit(frame.f_back) is not None:
+            tamper("forged record", "from %s" % culprit(frame))
+        kind = args[0]
+        if kind == "watch":
+            checks["watch"](args[1])
+            return
+        if kind == "own":
+            item = args[1]
+            nodeid = b_getattr(item, "nodeid", "")
+            if nodeid in watched or not watched:
+                checks["phase"](item, args[2])
+            write("own", nodeid, args[2], args[3])
+            return
+        if kind == "end":
+            checks["all"]()
+        write(*args)
+
+    handlers = {
+        "sys.settrace": on_trace,
+        "sys.setprofile": on_trace,
+        "object.__setattr__": on_setattr,
+        "compile": on_compile,
+        "code.__new__": on_code_new,
+        "exec": on_exec,
+        "function.__new__": on_exec,
+        "marshal.loads": on_marshal,
+        "marshal.load": on_marshal,
+        "import": on_import,
+        "ctypes.dlopen": on_dlopen,
+        "open": on_open,
+        "swe_gym.verdict": on_record,
+    }
+    for event in (
+        "sys.monitoring.register_callback",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys._current_frames",
+        "ctypes.cdata",
+        "ctypes.cdata/buffer",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "ctypes.dlsym",
+        "ctypes.dlsym/handle",
+        "ctypes.call_function",
+    ):
+        handlers[event] = strict
+    handlers_get = handlers.get
+
+    def hook(event, args):
+        handler = handlers_get(event)
+        if handler is None or b_getattr(busy, "on", False):
+            return
+        busy.on = True
+        try:
+            handler(event, args, getframe(1))
+        finally:
+            busy.on = False
+
+    del builtins
+    if not hasattr(sys, "addaudithook"):
+        return write
+    sys.addaudithook(hook)
+    return None
+
+
+def _checks(
+    config,
+    trusted_sources,
+    tamper,
+    untrusted_file,
+    trusted_callable,
+    resolve,
+    tests,
+    root,
+    prims,
+    sysv,
+):
+    """The integrity checks, run by the hook (so with its bound primitives): module
+    attributes by identity, import machinery, trace and profile functions, and each watched
+    test's function against the test file compiled from the bytes read at the start."""
+    import ast
+
+    b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len = prims
+    modules, meta_path, path_hooks, importer_cache, gettrace, getprofile, current_frames = sysv
+    ast_parse, b_compile = ast.parse, compile
+    ClassDef = ast.ClassDef
+    ImportFrom = ast.ImportFrom
+    marker = object()
+
+    def compare_doc():
+        """(a plain function: its type is the function type, bound here)"""
+
+    def trusted_module(mod):
+        f = b_getattr(mod, "__file__", None)
+        if not b_isinstance(f, str):
+            return True  # built in
+        real = resolve(f)
+        return not (real is None or real.startswith(root + "/") or untrusted_file(f))
+
+    code_kinds = (b_type(compare_doc), b_type(len), property, classmethod, staticmethod, b_type)
+
+    def snap(mod, classes):
+        """(dict, name, value) of the module's functions and classes (and, when ``classes``,
+        of its own classes' methods and properties). Data is left out: honest code rebinds
+        it (``sys.stdout``, ``warnings.filters``, pytest's configured singletons)."""
+        d = b_vars(mod)
+        entries = [(d, k, v) for k, v in list(d.items())
+                   if b_isinstance(v, code_kinds) and k not in _REBOUND]
+        if classes:
+            for v in [v for v in d.values()]:
+                if b_isinstance(v, b_type) and b_getattr(v, "__module__", None) == mod.__name__:
+                    cd = b_getattr(v, "__dict__", None)
+                    if cd is not None:
+                        entries.extend((cd, k, x) for k, x in list(cd.items())
+                                       if b_isinstance(x, code_kinds))
+        return entries
+
+    own = [n for n in modules if n.split(".")[0] in ("pytest", "_pytest", "pluggy")]
+    hot = [
+        (n, snap(modules[n], True))
+        for n in sorted(own)
+        if modules[n] is not None and trusted_module(modules[n])
+    ]
+    hot += [
+        (n, snap(modules[n], False)) for n in ("swe_gym_verdict", "swe_gym_guard") if n in modules
+    ]
+    cold = [
+        (n, snap(m, False))
+        for n, m in sorted(modules.items())
+        if m is not None and n not in own and n not in _SKIP and trusted_module(m)
+    ]
+    state = {"items": [], "bindings": []}
+
+    function_type, wrappers = b_type(compare_doc), (classmethod, staticmethod)
+
+    def acceptable(v):
+        """A changed entry is honest when its new value is a function of trusted code (or a
+        property, classmethod or staticmethod of such): pytest's ``legacypath`` plugin and
+        ``typing_extensions`` rebind functions this way. Anything else is tampering."""
+        if b_type(v) is function_type:
+            return not untrusted_file(v.__code__.co_filename)
+        if b_type(v) is property:
+            return all(f is None or acceptable(f) for f in (v.fget, v.fset, v.fdel))
+        if b_type(v) in wrappers:
+            return acceptable(v.__func__)
+        return False
+
+    def compare(snaps, where):
+        for name, entries in snaps:
+            for i, (d, k, v) in enumerate(entries):
+                now = d.get(k, marker)
+                if now is v:
+                    continue
+                if now is not marker and acceptable(now):
+                    entries[i] = (d, k, now)
+                    continue
+                tamper("changed", "%s: %s to %r (%s)" % (name, k, now, where), veto=False)
+
+    def machinery(where):
+        for f in list(meta_path) + list(path_hooks) + list(importer_cache.values()):
+            if f is not None and not trusted_callable(f):
+                tamper("import machinery", "%r (%s)" % (f, where), veto=False)
+        for fn, what in ((gettrace(), "trace"), (getprofile(), "profile")):
+            if fn is not None and not trusted_callable(fn):
+                tamper(what + " function", "%r (%s)" % (fn, where), veto=False)
+        import threading as _t  # its module dict is in the hot snapshot
+
+        for fn in (b_getattr(_t, "_trace_hook", None), b_getattr(_t, "_profile_hook", None)):
+            if fn is not None and not trusted_callable(fn):
+                tamper("threading hook", "%r (%s)" % (fn, where), veto=False)
+        for frame in current_frames().values():
+            while frame is not None:
+                t = frame.f_trace
+                if t is not None and not trusted_callable(t):
+                    tamper("frame trace", "%r (%s)" % (t, where), veto=False)
+                frame = frame.f_back
+
+    def trusted_defs(real, module, config_obj):
+        """(class or None, name) -> code compiled from the bytes read at the start, with the
+        assertion rewriting pytest gave the module; plus its top-level ``from X import Y``."""
+        src = trusted_sources.get(real)
+        if src is None:
+            return None, []
+        tree = ast_parse(src, real)
+        binds = [
+            (n.module, a.name, a.asname or a.name)
+            for n in tree.body
+            if b_isinstance(n, ImportFrom) and n.module and not n.level
+            for a in n.names
+            if a.name != "*"
+        ]
+        if "@py_builtins" in b_vars(module):
+            from _pytest.assertion.rewrite import rewrite_asserts
+
+            try:
+                rewrite_asserts(tree, src, real, config_obj)
+            except TypeError:
+                rewrite_asserts(tree, real, config_obj)
+        top = b_compile(tree, real, "exec", dont_inherit=True)
+        defs = {}
+        for cls_name, owner in [(None, top)] + [
+            (c.co_name, c)
+            for c in top.co_consts
+            if b_type(c) is b_type(top)
+            and any(b_isinstance(n, ClassDef) and n.name == c.co_name for n in tree.body)
+        ]:
+            for c in owner.co_consts:
+                if b_type(c) is b_type(top):
+                    defs[(cls_name, c.co_name, c.co_firstlineno)] = c
+        return defs, binds
+
+    def chain(obj):
+        out = []
+        while obj is not None and b_len(out) < 16:
+            obj = b_getattr(obj, "__func__", obj)
+            out.append(obj)
+            obj = b_getattr(obj, "__wrapped__", None)
+        return out
+
+    def verify(item, defs, real):
+        layers = chain(b_getattr(item, "obj", None))
+        cls = b_getattr(item, "cls", None)
+        cls_name = b_getattr(cls, "__name__", None)
+        name = (b_getattr(item, "originalname", None) or item.name).split("[")[0]
+        wanted = [c for (k, n, _), c in defs.items() if k == cls_name and n == name]
+        found = False
+        for layer in layers:
+            code = b_getattr(layer, "__code__", None)
+            if code is None:
+                continue
+            if resolve(code.co_filename) == real:
+                if code.co_name == name and any(code == w for w in wanted):
+                    found = True
+                else:
+                    tamper(
+                        "test code",
+                        "%s runs code that is not the test file's" % item.nodeid,
+                        veto=False,
+                    )
+            elif untrusted_file(code.co_filename):
+                tamper(
+                    "test code", "%s is wrapped by %s" % (item.nodeid, code.co_filename), veto=False
+                )
+        if wanted and not found:
+            tamper(
+                "test code", "%s does not run the test file's %s" % (item.nodeid, name), veto=False
+            )
+        return [b_id(x) for x in layers]
+
+    def watch(session):
+        compare(hot + cold, "collection")
+        per_file = {}
+        for item in list(b_getattr(session, "items", [])):
+            path = b_getattr(item, "fspath", None) or b_getattr(item, "path", None)
+            real = resolve(str(path)) if path is not None else None
+            if real not in tests:
+                continue
+            module = b_getattr(item, "module", None)
+            if real not in per_file:
+                try:
+                    per_file[real] = trusted_defs(real, module, session.config)
+                except Exception:  # an old pytest's rewriter: the code is left unchecked
+                    per_file[real] = (None, [])
+                defs, binds = per_file[real]
+                modname = b_getattr(module, "__name__", None)
+                if modules.get(modname) is not module:
+                    tamper(
+                        "test module",
+                        "sys.modules[%r] is not the collected module" % modname,
+                        veto=False,
+                    )
+                for src_mod, attr, local in binds:
+                    state["bindings"].append((module, src_mod, attr, local))
+            defs = per_file[real][0]
+            if defs is not None:
+                state["items"].append((item, defs, real, verify(item, defs, real)))
+        check_bindings("collection")
+
+    def check_bindings(where):
+        for module, src_mod, attr, local in state["bindings"]:
+            src = modules.get(src_mod)
+            have = b_vars(module).get(local, marker)
+            if src is None or have is marker:
+                continue
+            want = b_getattr(src, attr, marker)
+            if want is not marker and want is not have:
+                tamper(
+                    "test binding",
+                    "%s.%s is not %s.%s (%s)" % (module.__name__, local, src_mod, attr, where),
+                    veto=False,
+                )
+
+    def phase(item, when):
+        """Per phase: only what honest tests do not patch (their fixtures may patch the
+        standard library: that is compared at collection and at session end)."""
+        where = "%s %s" % (item.nodeid, when)
+        compare(hot, where)
+        machinery(where)
+        check_bindings(where)
+        for it, defs, real, ids in state["items"]:
+            if it is item and [b_id(x) for x in chain(b_getattr(item, "obj", None))] != ids:
+                verify(item, defs, real)
+                tamper(
+                    "test code",
+                    "%s: its function changed after collection" % item.nodeid,
+                    veto=False,
+                )
+
+    def everything():
+        compare(hot + cold, "session end")
+        machinery("session end")
+        check_bindings("session end")
+
+    return {"watch": watch, "phase": phase, "all": everything}
