@@ -406,6 +406,9 @@ def install(config, key, path, emit_code, trusted_sources):
         "import": on_import,
         "ctypes.dlopen": on_dlopen,
         "open": on_open,
+        "os.remove": on_open,
+        "os.rename": on_open,
+        "os.truncate": on_open,
         "swe_gym.verdict": on_record,
     }
     for event in (

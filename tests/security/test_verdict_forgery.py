@@ -154,14 +154,14 @@ def _refused(report, *reasons: str):
 @pytest.mark.parametrize(
     "payload, reasons, flagged",
     [
-        (FLIP_REPORTS, ("results_mismatch",), True),
-        (FLIP_REPORTS_HIDDEN, ("results_mismatch",), False),
+        (FLIP_REPORTS, ("results_mismatch", "tampered"), True),
+        (FLIP_REPORTS_HIDDEN, ("results_mismatch", "tampered"), False),
         (PASSED_THEN_EXIT, ("session_incomplete",), True),
         (PASSED_THEN_HIDDEN_EXIT, ("session_incomplete",), False),
         (PASSED_THEN_KILL, ("session_incomplete", "suite_did_not_run"), True),
         (PASSED_AT_EXIT, ("results_mismatch", "suite_did_not_run"), True),
-        (FORGE_RECORDS, ("channel_forged",), False),
-        (DELETE_RECORDS, ("channel_missing",), False),
+        (FORGE_RECORDS, ("channel_forged", "tampered"), False),
+        (DELETE_RECORDS, ("channel_missing", "tampered"), False),
         (STEAL_KEY, ("channel_forged", "suite_did_not_run"), True),
     ],
     ids=[
