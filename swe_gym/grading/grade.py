@@ -229,12 +229,12 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     elif not run.valid:
         report.reason = "suite_did_not_run"
     elif channel is not None:
-        _check_channel(report, task, run, verdict.read_channel(sandbox, channel))
+        _check_channel(report, task, run, verdict.read_channel(sandbox, channel), parser)
     _finish(report, task, run.status, ran=not run.timed_out)
 
 
 def _check_channel(
-    report: GradingReport, task: Task, run: TestRun, res: verdict.ChannelResult
+    report: GradingReport, task: Task, run: TestRun, res: verdict.ChannelResult, parser: str
 ) -> None:
     report.plugins = res.plugins
     report.tampered, report.injected_tests = res.tampered, verdict.injected(res)
@@ -246,7 +246,7 @@ def _check_channel(
         report.reason = "tampered"
         report.detail = "the runtime guard saw: " + "; ".join(res.tampered[:20])
         return
-    chan = verdict.exact_status(res)
+    chan = verdict.exact_status(res, parser)
     report.mismatch = verdict.compare(run.status, chan, task.FAIL_TO_PASS + task.PASS_TO_PASS)
     if report.mismatch:
         report.reason = "results_mismatch"

@@ -486,15 +486,19 @@ def _checks(
         of its own classes' methods and properties). Data is left out: honest code rebinds
         it (``sys.stdout``, ``warnings.filters``, pytest's configured singletons)."""
         d = b_vars(mod)
-        entries = [(d, k, v) for k, v in list(d.items())
-                   if b_isinstance(v, code_kinds) and k not in _REBOUND]
+        entries = [
+            (d, k, v)
+            for k, v in list(d.items())
+            if b_isinstance(v, code_kinds) and k not in _REBOUND
+        ]
         if classes:
             for v in [v for v in d.values()]:
                 if b_isinstance(v, b_type) and b_getattr(v, "__module__", None) == mod.__name__:
                     cd = b_getattr(v, "__dict__", None)
                     if cd is not None:
-                        entries.extend((cd, k, x) for k, x in list(cd.items())
-                                       if b_isinstance(x, code_kinds))
+                        entries.extend(
+                            (cd, k, x) for k, x in list(cd.items()) if b_isinstance(x, code_kinds)
+                        )
         return entries
 
     own = [n for n in modules if n.split(".")[0] in ("pytest", "_pytest", "pluggy")]

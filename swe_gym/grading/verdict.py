@@ -244,16 +244,25 @@ def summary_lines(res: ChannelResult) -> list[str]:
     return [line for k in _ORDER for line in lines[k]]
 
 
-def exact_status(res: ChannelResult) -> dict[str, str]:
-    """The records' status of each exact node id (no parser between: a parser keys a line by
-    its first word after the status, so ``PASSED path::test_x twin`` would stand for
-    ``path::test_x``). A node id with a passing and a failing line (a teardown error) counts
-    as pytest's later line, as the parsers read it."""
-    out: dict[str, str] = {}
+def exact_status(res: ChannelResult, parser: str) -> dict[str, str]:
+    """The records' status of each exact node id. Each node id's summary lines go through the
+    task's parser on their own, so its rules hold (a passed test whose teardown failed reads
+    as that parser reads it) while no line can stand for another id: over the whole summary a
+    parser keys ``PASSED path::test_x twin`` as ``path::test_x``."""
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    by_id: dict[str, list[str]] = {}
     for line in summary_lines(res):
         status, _, rest = line.partition(" ")
         nodeid = rest.rsplit(" - ", 1)[0] if status in ("ERROR", "FAILED") else rest
-        out[nodeid] = status
+        by_id.setdefault(nodeid, []).append(line)
+    out: dict[str, str] = {}
+    for nodeid, lines in by_id.items():
+        parsed = PARSER_REGISTRY[parser]("\n".join(lines), None)
+        if nodeid in parsed:
+            out[nodeid] = parsed[nodeid]
+        elif parsed:  # keyed otherwise (cut at a space, or with the reason): the parser's last
+            out[nodeid] = list(parsed.values())[-1]
     return out
 
 

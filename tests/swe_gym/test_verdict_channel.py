@@ -129,7 +129,7 @@ def test_an_honest_runs_records_back_its_log(repo, parser):
     finally:
         sb.close()
     assert run.valid and res.problem is None, (res.problem, res.detail, run.log[-2000:])
-    chan = verdict.channel_status(res, parser)
+    chan = verdict.exact_status(res, parser)
     assert len(run.status) >= 15, run.status  # the suite's ids as this parser keys them
     assert verdict.compare(run.status, chan, sorted(run.status)) == []
     lookup = {t: verdict._lookup(chan, t) for t in run.status}
