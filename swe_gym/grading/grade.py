@@ -21,13 +21,19 @@ from the agent's sandbox, as bytes):
    ``swebench`` rule; ``"official"`` is ``swebench``'s rule (``get_eval_tests_report``,
    ``get_resolution_status``: PASSED or XFAIL pass, a skipped F2P fails, a skipped P2P is no
    regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``).
-6. ``swe_gym.grading.forgery`` scans the patch's added lines for the known forgery families; findings
-   are ``suspect`` (what they earn is the env's ``suspect_policy``).
+6. The tests run under the plugin's runtime guard (``swe_gym.grading.guard``): what the
+   patched code did to the test process (tracing hooks, ``gc`` walks, swapped code, replaced
+   modules, wrapped helpers) makes the run ``tampered``; node ids no test file can define are
+   ``injected_tests``, and the records back a test only by its exact node id.
+7. ``swe_gym.grading.forgery`` reads the files the patch changed as they are in the tree
+   (NFKC-normalised) for the known forgery families; findings are ``suspect`` (what they earn
+   is the env's ``suspect_policy``). Native code or bytecode in the patch is ``native_code``.
 
 Grading never raises for what the patch does: any error becomes a report with reason
 ``grading_error`` and the message in ``detail``; the sandbox is always closed. Reasons:
-``model_patch_failed``, ``test_patch_failed``, ``tests_timed_out``, ``suite_did_not_run``,
-``tests_failed``, ``no_fail_to_pass``, the channel's four above, ``grading_error``.
+``model_patch_failed``, ``native_code``, ``test_patch_failed``, ``tests_timed_out``,
+``suite_did_not_run``, ``tests_failed``, ``no_fail_to_pass``, the channel's four above,
+``tampered``, ``grading_error``.
 """
 
 from __future__ import annotations
@@ -216,6 +222,7 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         "patched": kept,
         "tests": task.test_files,
         "watched": task.FAIL_TO_PASS + task.PASS_TO_PASS,
+        "hook": (task.install_config or {}).get("verdict_guard", True),  # False: benchmarks only
     }
     channel = verdict.prepare(sandbox, WORK_DIR, env, guard) if use_channel else None
     run = run_tests(sandbox, task, timeout, channel=channel)

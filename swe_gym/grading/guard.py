@@ -52,7 +52,8 @@ class Tampered(RuntimeError):
 
 def install(config, key, path, emit_code, trusted_sources):
     """Open the record file and install the audit hook. Returns ``write`` on Pythons without
-    audit hooks (3.6, 3.7: records are then written directly, unguarded), else None."""
+    audit hooks (3.6, 3.7) or when ``config["hook"]`` is False (the benchmark's baseline):
+    records are then written directly, unguarded. Else None."""
     import _thread
     import builtins
     import os
@@ -439,7 +440,7 @@ def install(config, key, path, emit_code, trusted_sources):
             busy.on = False
 
     del builtins
-    if not hasattr(sys, "addaudithook"):
+    if not hasattr(sys, "addaudithook") or config.get("hook") is False:
         return write
     sys.addaudithook(hook)
     return None
