@@ -44,6 +44,25 @@ _REBOUND = frozenset(
     ]
 )
 _SKIP = frozenset(["warnings", "__main__"])
+_HOT = frozenset(
+    [
+        "pytest",
+        "pluggy",
+        "_pytest.python_api",
+        "_pytest.raises",
+        "_pytest.recwarn",
+        "_pytest.outcomes",
+        "_pytest.runner",
+        "_pytest.reports",
+        "_pytest.python",
+        "_pytest.fixtures",
+        "_pytest.unittest",
+        "_pytest.skipping",
+        "_pytest.nodes",
+        "_pytest.main",
+        "_pytest._code.code",
+    ]
+)
 
 
 class Tampered(RuntimeError):
@@ -309,15 +328,32 @@ def install(config, key, path, emit_code, trusted_sources):
         if culprit(frame) is not None:
             on_made(args[1], None, frame, False)
 
+    resolved = {}
+
     def on_exec(event, args, frame):
-        name = b_getattr(args[0], "co_filename", None)
-        if name is None or resolve(name) not in tests:
+        """Test-file code run with untrusted code on the stack is tampering; a test module's
+        code run by pytest from a clean stack, its file unchanged since the start, is the code
+        its tests must run (``_checks``: compared by identity)."""
+        code = args[0]
+        name = b_getattr(code, "co_filename", None)
+        if not b_isinstance(name, b_str):
+            return
+        real = resolved.get(name)
+        if real is None:
+            real = resolved[name] = resolve(name)
+        if real not in tests:
             return
         who = culprit(frame)
         if who is not None:
             tamper(event, "of test code %s from %s" % (name, who))
+        elif event == "exec" and code.co_name == "<module>" and not written_after(real):
+            checks["loaded"](real, code)
 
     def on_marshal(event, args, frame):
+        if frame is not None and frame.f_code.co_name == "_read_pyc":  # pytest's rewrite cache
+            pyc, src = frame.f_locals.get("pyc"), frame.f_locals.get("source")
+            if pyc is not None and written_after(resolve(b_str(pyc))):
+                checks["fresh"](resolve(b_str(src)))  # not as read at the start: compile it
         who = culprit(frame)
         if who is None:
             return
@@ -462,11 +498,13 @@ def _checks(
     attributes by identity, import machinery, trace and profile functions, and each watched
     test's function against the test file compiled from the bytes read at the start."""
     import ast
+    from itertools import repeat
+    from operator import is_
 
+    b_all, b_map = all, map
     b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len = prims
     modules, meta_path, path_hooks, importer_cache, gettrace, getprofile, current_frames = sysv
     ast_parse, b_compile = ast.parse, compile
-    ClassDef = ast.ClassDef
     ImportFrom = ast.ImportFrom
     marker = object()
 
@@ -474,35 +512,52 @@ def _checks(
         """(a plain function: its type is the function type, bound here)"""
 
     def trusted_module(mod):
+        """At the start nothing of the patch has run: every module loaded is trusted but the
+        working copy's own (none is, before conftest files load)."""
         f = b_getattr(mod, "__file__", None)
-        if not b_isinstance(f, str):
-            return True  # built in
-        real = resolve(f)
-        return not (real is None or real.startswith(root + "/") or untrusted_file(f))
+        return not (b_isinstance(f, str) and f.startswith(root + "/"))
 
     code_kinds = (b_type(compare_doc), b_type(len), property, classmethod, staticmethod, b_type)
 
     def snap(mod, classes):
-        """(dict, name, value) of the module's functions and classes (and, when ``classes``,
-        of its own classes' methods and properties). Data is left out: honest code rebinds
-        it (``sys.stdout``, ``warnings.filters``, pytest's configured singletons)."""
+        """[dict, its names, their values] groups of the module's functions and classes (and,
+        when ``classes``, of its own classes' methods and properties). Data is left out:
+        honest code rebinds it (``sys.stdout``, ``warnings.filters``, pytest's singletons)."""
         d = b_vars(mod)
-        entries = [
-            (d, k, v)
-            for k, v in list(d.items())
-            if b_isinstance(v, code_kinds) and k not in _REBOUND
+        pairs = [
+            (k, v) for k, v in list(d.items()) if b_isinstance(v, code_kinds) and k not in _REBOUND
         ]
+        groups = [[d, [k for k, _ in pairs], [v for _, v in pairs]]]
         if classes:
             for v in [v for v in d.values()]:
                 if b_isinstance(v, b_type) and b_getattr(v, "__module__", None) == mod.__name__:
                     cd = b_getattr(v, "__dict__", None)
                     if cd is not None:
-                        entries.extend(
-                            (cd, k, x) for k, x in list(cd.items()) if b_isinstance(x, code_kinds)
-                        )
-        return entries
+                        pairs = [(k, x) for k, x in list(cd.items()) if b_isinstance(x, code_kinds)]
+                        groups.append([cd, [k for k, _ in pairs], [x for _, x in pairs]])
+        return groups
 
-    own = [n for n in modules if n.split(".")[0] in ("pytest", "_pytest", "pluggy")]
+    def flat(snaps):
+        """The snapshot as parallel lists per mapping type (module dicts, class dicts' proxies),
+        each compared in one C-level pass."""
+        tables = {}
+        for name, groups in snaps:
+            for d, keys, vals in groups:
+                out = tables.setdefault(b_type(d), [[], [], [], [], b_type(d).get])
+                out[0].extend([name] * b_len(keys))
+                out[1].extend([d] * b_len(keys))
+                out[2].extend(keys)
+                out[3].extend(vals)
+        return list(tables.values())
+
+    # Compared at every watched phase: what a test body calls (pytest's API, its comparison
+    # and assertion helpers) and what runs and records a test; the rest of pytest, pluggy and
+    # every other module loaded at the start are compared at collection and session end.
+    own = [
+        n
+        for n in modules
+        if n in _HOT or n.startswith("_pytest.assertion") or n.startswith("pluggy.")
+    ]
     hot = [
         (n, snap(modules[n], True))
         for n in sorted(own)
@@ -511,12 +566,15 @@ def _checks(
     hot += [
         (n, snap(modules[n], False)) for n in ("swe_gym_verdict", "swe_gym_guard") if n in modules
     ]
-    cold = [
-        (n, snap(m, False))
-        for n, m in sorted(modules.items())
-        if m is not None and n not in own and n not in _SKIP and trusted_module(m)
-    ]
-    state = {"items": [], "bindings": []}
+    hot = flat(hot)
+    cold = flat(
+        [
+            (n, snap(m, False))
+            for n, m in sorted(modules.items())
+            if m is not None and n not in own and n not in _SKIP and trusted_module(m)
+        ]
+    )
+    state = {"items": {}, "bindings": [], "top": {}, "fresh": set()}
 
     function_type, wrappers = b_type(compare_doc), (classmethod, staticmethod)
 
@@ -532,19 +590,30 @@ def _checks(
             return acceptable(v.__func__)
         return False
 
-    def compare(snaps, where):
-        for name, entries in snaps:
-            for i, (d, k, v) in enumerate(entries):
-                now = d.get(k, marker)
-                if now is v:
-                    continue
-                if now is not marker and acceptable(now):
-                    entries[i] = (d, k, now)
-                    continue
-                tamper("changed", "%s: %s to %r (%s)" % (name, k, now, where), veto=False)
+    def compare(tables, where):
+        """Identity of every snapshot entry, in C (``operator.is_`` over ``dict.get``): a
+        value's own ``__eq__`` is never asked. Entries that changed are looked at one by one."""
+        for table in tables:
+            compare_one(table, where)
 
-    def machinery(where):
-        for f in list(meta_path) + list(path_hooks) + list(importer_cache.values()):
+    def compare_one(table, where):
+        names, dicts, keys, vals, get = table
+        if b_all(b_map(is_, vals, b_map(get, dicts, keys, repeat(marker)))):
+            return
+        for i, k in enumerate(keys):
+            now = dicts[i].get(k, marker)
+            if now is vals[i]:
+                continue
+            if now is not marker and acceptable(now):
+                vals[i] = now
+                continue
+            tamper("changed", "%s: %s to %r (%s)" % (names[i], k, now, where), veto=False)
+
+    def machinery(where, everything=False):
+        found = list(meta_path) + list(path_hooks)
+        if everything:  # hundreds of path finders: at collection and session end only
+            found += list(importer_cache.values())
+        for f in found:
             if f is not None and not trusted_callable(f):
                 tamper("import machinery", "%r (%s)" % (f, where), veto=False)
         for fn, what in ((gettrace(), "trace"), (getprofile(), "profile")):
@@ -563,11 +632,14 @@ def _checks(
                 frame = frame.f_back
 
     def trusted_defs(real, module, config_obj):
-        """(class or None, name) -> code compiled from the bytes read at the start, with the
-        assertion rewriting pytest gave the module; plus its top-level ``from X import Y``."""
+        """(defs, the file's top-level ``from X import Y`` bindings, exact). ``defs``: (class
+        or None, name, line) -> code. When pytest ran the module's code from a clean stack with
+        the file unchanged since the start (``loaded``), its own code objects, compared by
+        identity (exact); else the bytes read at the start compiled here with the assertion
+        rewriting pytest gave the module, compared by equality."""
         src = trusted_sources.get(real)
         if src is None:
-            return None, []
+            return None, [], False
         tree = ast_parse(src, real)
         binds = [
             (n.module, a.name, a.asname or a.name)
@@ -576,6 +648,9 @@ def _checks(
             for a in n.names
             if a.name != "*"
         ]
+        top = state["top"].get(real)
+        if top is not None and real not in state["fresh"]:
+            return defs_of(top), binds, True
         if "@py_builtins" in b_vars(module):
             from _pytest.assertion.rewrite import rewrite_asserts
 
@@ -583,18 +658,28 @@ def _checks(
                 rewrite_asserts(tree, src, real, config_obj)
             except TypeError:
                 rewrite_asserts(tree, real, config_obj)
-        top = b_compile(tree, real, "exec", dont_inherit=True)
+        return defs_of(b_compile(tree, real, "exec", dont_inherit=True)), binds, False
+
+    def defs_of(top):
+        """(class or None, name, line) -> code, from a module's code object: functions at the
+        top and in class bodies (code without CO_OPTIMIZED)."""
         defs = {}
-        for cls_name, owner in [(None, top)] + [
-            (c.co_name, c)
-            for c in top.co_consts
-            if b_type(c) is b_type(top)
-            and any(b_isinstance(n, ClassDef) and n.name == c.co_name for n in tree.body)
-        ]:
+        code_type = b_type(top)
+        owners = [(None, top)] + [
+            (c.co_name, c) for c in top.co_consts if b_type(c) is code_type and not c.co_flags & 1
+        ]
+        for cls_name, owner in owners:
             for c in owner.co_consts:
-                if b_type(c) is b_type(top):
+                if b_type(c) is code_type:
                     defs[(cls_name, c.co_name, c.co_firstlineno)] = c
-        return defs, binds
+        return defs
+
+    def loaded(real, top):
+        if real not in state["top"]:
+            state["top"][real] = top
+
+    def fresh(real):
+        state["fresh"].add(real)
 
     def chain(obj):
         out = []
@@ -604,7 +689,7 @@ def _checks(
             obj = b_getattr(obj, "__wrapped__", None)
         return out
 
-    def verify(item, defs, real):
+    def verify(item, defs, real, exact):
         layers = chain(b_getattr(item, "obj", None))
         cls = b_getattr(item, "cls", None)
         cls_name = b_getattr(cls, "__name__", None)
@@ -616,7 +701,9 @@ def _checks(
             if code is None:
                 continue
             if resolve(code.co_filename) == real:
-                if code.co_name == name and any(code == w for w in wanted):
+                if code.co_name == name and any(
+                    code is w or (not exact and code == w) for w in wanted
+                ):
                     found = True
                 else:
                     tamper(
@@ -635,7 +722,9 @@ def _checks(
         return [b_id(x) for x in layers]
 
     def watch(session):
-        compare(hot + cold, "collection")
+        compare(hot, "collection")
+        compare(cold, "collection")
+        machinery("collection", True)
         per_file = {}
         for item in list(b_getattr(session, "items", [])):
             path = b_getattr(item, "fspath", None) or b_getattr(item, "path", None)
@@ -647,8 +736,8 @@ def _checks(
                 try:
                     per_file[real] = trusted_defs(real, module, session.config)
                 except Exception:  # an old pytest's rewriter: the code is left unchecked
-                    per_file[real] = (None, [])
-                defs, binds = per_file[real]
+                    per_file[real] = (None, [], False)
+                defs, binds, exact = per_file[real]
                 modname = b_getattr(module, "__name__", None)
                 if modules.get(modname) is not module:
                     tamper(
@@ -658,9 +747,10 @@ def _checks(
                     )
                 for src_mod, attr, local in binds:
                     state["bindings"].append((module, src_mod, attr, local))
-            defs = per_file[real][0]
+            defs, _, exact = per_file[real]
             if defs is not None:
-                state["items"].append((item, defs, real, verify(item, defs, real)))
+                ids = verify(item, defs, real, exact)
+                state["items"][b_id(item)] = (item, defs, real, exact, ids)
         check_bindings("collection")
 
     def check_bindings(where):
@@ -678,24 +768,26 @@ def _checks(
                 )
 
     def phase(item, when):
-        """Per phase: only what honest tests do not patch (their fixtures may patch the
-        standard library: that is compared at collection and at session end)."""
+        """After each phase of a watched test: its function's identity; after the call phase
+        also pytest's hot modules, the import machinery and trace functions, the test module's
+        bindings. Not the standard library: honest fixtures patch it (compared at collection
+        and at session end)."""
         where = "%s %s" % (item.nodeid, when)
-        compare(hot, where)
-        machinery(where)
-        check_bindings(where)
-        for it, defs, real, ids in state["items"]:
-            if it is item and [b_id(x) for x in chain(b_getattr(item, "obj", None))] != ids:
-                verify(item, defs, real)
-                tamper(
-                    "test code",
-                    "%s: its function changed after collection" % item.nodeid,
-                    veto=False,
-                )
+        if when == "call":  # what must hold while the test body ran (a change undone within
+            compare(hot, where)  # it is not seen: SECURITY.md)
+            machinery(where)
+            check_bindings(where)
+        it, defs, real, exact, ids = state["items"].get(b_id(item), (None,) * 5)
+        if it is item and [b_id(x) for x in chain(b_getattr(item, "obj", None))] != ids:
+            verify(item, defs, real, exact)
+            tamper(
+                "test code", "%s: its function changed after collection" % item.nodeid, veto=False
+            )
 
     def everything():
-        compare(hot + cold, "session end")
-        machinery("session end")
+        compare(hot, "session end")
+        compare(cold, "session end")
+        machinery("session end", True)
         check_bindings("session end")
 
-    return {"watch": watch, "phase": phase, "all": everything}
+    return {"watch": watch, "phase": phase, "all": everything, "loaded": loaded, "fresh": fresh}

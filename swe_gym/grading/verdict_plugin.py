@@ -66,7 +66,6 @@ def _start():
     return True, fallback
 
 
-_ON, _FALLBACK = _start()
 _ALLOWED = json.loads(os.environ.pop("SWE_GYM_VERDICT_PLUGINS", "[]") or "[]")
 for _name in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH"):
     _old = os.environ.pop("SWE_GYM_VERDICT_OLD_" + _name, None)
@@ -153,3 +152,8 @@ def pytest_collection_finish(session):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     _emit("end", int(exitstatus))
+
+
+# Last, so that the guard's snapshot holds this module's hooks; still before pytest goes on
+# (nothing of the patch has been imported yet).
+_ON, _FALLBACK = _start()
