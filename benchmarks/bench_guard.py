@@ -1,13 +1,22 @@
 """The runtime guard's cost and its false alarms: every starter task's gold patch graded with the
-guard and without it (the channel alone, as before the guard), side by side in one run.
+guard and without it (the channel alone, as before the guard), side by side in one run; and a
+real repository's own test suite run under the grader's plugin with and without the guard.
 
     python benchmarks/bench_guard.py [--backends local docker] [--repeat 3]
+    python benchmarks/bench_guard.py --suite DIR --python PY [--tests tests] [--patched PATH]
 
 Per backend: the median grading time of each task with and without the guard (interleaved, so
 machine load falls on both alike), their ratio over the suite, the median test-run share of
 the grading time, and how many gold patches the guard calls ``tampered`` (the target is none).
 Prints a table and writes ``benchmarks/results/bench_guard.json``. Docker needs a daemon
 (``eval "$(bash .ci/docker-up.sh)"``).
+
+``--suite``: a checkout of a repository whose tests run with ``PY -m pytest`` (its packages
+installed there). Every test is watched and every ``test_*.py`` under ``--tests`` is a task
+test file (the most the guard ever checks); ``--patched`` names a file to treat as patched.
+Runs alternate with and without the hook, ``--repeat`` times each; reported: median wall times,
+the overhead, and the tamper records of the honest suite (the target is none). Writes
+``bench_guard_suite.json``.
 """
 
 from __future__ import annotations
@@ -73,12 +82,90 @@ def run(backends: list[str], repeat: int) -> dict:
     return out
 
 
+def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: int) -> dict:
+    import os
+    import secrets
+    import subprocess
+    import tempfile
+
+    here = Path(__file__).resolve().parent.parent / "swe_gym" / "grading"
+    root = str(Path(suite).resolve())
+    folder = Path(tempfile.mkdtemp(prefix="bench-guard-"))
+    (folder / "swe_gym_verdict.py").write_bytes((here / "verdict_plugin.py").read_bytes())
+    (folder / "swe_gym_guard.py").write_bytes((here / "guard.py").read_bytes())
+    files = sorted(str(p.relative_to(root)) for p in Path(root, tests).rglob("test_*.py"))
+    times: dict[bool, list[float]] = {True: [], False: []}
+    tampered: list[str] = []
+    summary = ""
+    for _ in range(repeat):
+        for hook in (True, False):
+            cfg = {"root": root, "patched": patched, "tests": files, "watched": [], "hook": hook}
+            (folder / "guard.json").write_text(json.dumps(cfg))
+            (folder / "run.key").write_text(secrets.token_hex(32))
+            rec = folder / "run.rec"
+            rec.unlink(missing_ok=True)
+            env = {
+                **os.environ,
+                "SWE_GYM_VERDICT_KEYFILE": str(folder / "run.key"),
+                "SWE_GYM_VERDICT_PATH": str(rec),
+                "SWE_GYM_VERDICT_GUARD": str(folder / "guard.json"),
+                "SWE_GYM_VERDICT_PLUGINS": "[]",
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                "PYTEST_PLUGINS": "swe_gym_verdict",
+                "PYTHONPATH": str(folder),
+            }
+            t0 = time.perf_counter()
+            out = subprocess.run(
+                [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            times[hook].append(time.perf_counter() - t0)
+            summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr
+            if hook:
+                tampered += [x for x in rec.read_text().splitlines() if '"tamper"' in x]
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    return {
+        "suite": root,
+        "python": python,
+        "test_files": len(files),
+        "summary": summary,
+        "guard_s": on,
+        "no_guard_s": off,
+        "overhead": on / off - 1,
+        "times": {"guard": times[True], "no_guard": times[False]},
+        "tamper_records": tampered[:20],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", nargs="+", default=["local"])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_guard.json"))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--suite", help="a repository checkout whose own tests to run")
+    ap.add_argument("--python", default="python3", help="--suite: the interpreter to run it")
+    ap.add_argument("--tests", default="tests", help="--suite: the tests' folder")
+    ap.add_argument("--patched", nargs="*", default=[], help="--suite: files taken as patched")
     args = ap.parse_args()
+    results = Path(__file__).parent / "results"
+    if args.suite:
+        res = run_suite(args.suite, args.python, args.tests, args.patched, args.repeat)
+        print(f"{'suite':30} {'files':>5} {'guard s':>8} {'no guard s':>10} {'overhead':>8} "
+              f"{'tamper':>6}  result")  # fmt: skip
+        print(
+            f"{Path(res['suite']).name:30} {res['test_files']:>5} {res['guard_s']:>8.2f} "
+            f"{res['no_guard_s']:>10.2f} {res['overhead']:>8.1%} {len(res['tamper_records']):>6}"
+            f"  {res['summary']}"
+        )
+        out = Path(args.out or results / "bench_guard_suite.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+        print(f"wrote {out}")
+        return
+    args.out = args.out or str(results / "bench_guard.json")
     res = run(args.backends, args.repeat)
     print(f"{'backend':8} {'tasks':>5} {'guard s':>9} {'no guard s':>11} {'ratio':>6} "
           f"{'gold tampered':>14} {'gold unresolved':>16}")  # fmt: skip

@@ -69,10 +69,29 @@ class Tampered(RuntimeError):
     """Raised inside the audited operation: the operation does not happen."""
 
 
+class _Probe:
+    def m(self):
+        return None
+
+
 def install(config, key, path, emit_code, trusted_sources):
     """Open the record file and install the audit hook. Returns ``write`` on Pythons without
     audit hooks (3.6, 3.7) or when ``config["hook"]`` is False (the benchmark's baseline):
-    records are then written directly, unguarded. Else None."""
+    records are then written directly, unguarded. Else None.
+
+    The guard's code runs from a private copy of this module: its globals, builtins included,
+    are a copy taken now, so a later ``builtins.list = ...`` or a swap of this module's names
+    does not reach it."""
+    import builtins
+
+    with open(__file__, "rb") as f:
+        source = f.read()
+    private = {"__builtins__": dict(vars(builtins)), "__name__": "swe_gym_guard_private"}
+    exec(compile(source, __file__, "exec"), private)
+    return private["_install"](config, key, path, emit_code, trusted_sources)
+
+
+def _install(config, key, path, emit_code, trusted_sources):
     import _thread
     import builtins
     import os
@@ -92,15 +111,25 @@ def install(config, key, path, emit_code, trusted_sources):
     b_vars, b_id, b_repr, b_sorted, b_dict = vars, id, repr, sorted, dict
     o_open, o_write, o_fstat, o_stat, o_lstat = os.open, os.write, os.fstat, os.stat, os.lstat
     o_readlink, o_getcwd, o_getpid = os.readlink, os.getcwd, os.getpid
+    o_read, o_close, o_rdonly = os.read, os.close, os.O_RDONLY
     getframe, get_ident = sys._getframe, _thread.get_ident
+    # Safe looks at objects the patch may have made: descriptors of the built-in types, so no
+    # ``__getattr__``, property or metaclass of the patch's runs inside the hook.
+    function_type = b_type(_install)
+    method_type = b_type(_Probe().m)
+    builtin_types = (b_type(len), b_type([].append), b_type(object.__init__), b_type(str.join))
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    type_flags = type.__dict__["__flags__"].__get__
+    type_name = type.__dict__["__name__"].__get__
+    func_dict = function_type.__dict__["__dict__"].__get__
+    mod_dict = b_type(sys).__dict__["__dict__"].__get__
+    o_repr = object.__repr__
+    sys_dict = mod_dict(sys)
+    threading_dict = mod_dict(threading)
     gettrace, getprofile = sys.gettrace, sys.getprofile
     current_frames = sys._current_frames
-    modules, meta_path, path_hooks, importer_cache = (
-        sys.modules,
-        sys.meta_path,
-        sys.path_hooks,
-        sys.path_importer_cache,
-    )
+    modules = sys.modules
     main_ident = get_ident()
     lock = _thread.RLock()
     busy = _thread._local()
@@ -152,21 +181,32 @@ def install(config, key, path, emit_code, trusted_sources):
         if not b_isinstance(source, (b_bytes, b_str)) or not b_isinstance(name, b_str):
             return False
         try:
-            f = o_open(name, os.O_RDONLY)
+            f = o_open(name, o_rdonly)
         except OSError:
             return False
         try:
             chunks = []
             while True:
-                chunk = os.read(f, 1 << 20)
+                chunk = o_read(f, 1 << 20)
                 if not chunk:
                     break
                 chunks.append(chunk)
         finally:
-            os.close(f)
+            o_close(f)
         if b_isinstance(source, b_str):
             source = source.encode("utf-8", "surrogateescape")
         return b"".join(chunks) == source
+
+    def is_type(obj):
+        return bool(type_flags(b_type(obj)) & (1 << 31))
+
+    def describe(obj):
+        """What ``obj`` is, without running any code of its own (no ``__repr__``)."""
+        if b_type(obj) is function_type:
+            return "function %s (%s)" % (obj.__code__.co_name, obj.__code__.co_filename)
+        if is_type(obj):
+            return "class %s" % (type_name(obj),)
+        return o_repr(obj)
 
     root = resolve(config.get("root") or o_getcwd())
     grader_dir = resolve(path.rsplit("/", 1)[0])
@@ -212,7 +252,7 @@ def install(config, key, path, emit_code, trusted_sources):
     seen = set()  # tamper texts already written
 
     def untrusted_file(name):
-        if not b_isinstance(name, b_str):
+        if b_type(name) is not b_str:
             return True
         hit = names.get(name)
         if hit is not None:
@@ -240,37 +280,43 @@ def install(config, key, path, emit_code, trusted_sources):
         return b_any(real == d or real.startswith(d + "/") for d in runner_dirs)
 
     def culprit(frame):
-        """The first untrusted frame's file on ``frame``'s stack; in another thread than the
-        main one, also its target when untrusted."""
+        """The first untrusted frame's file on ``frame``'s stack, else None."""
         while frame is not None:
             name = frame.f_code.co_filename
             if untrusted_file(name):
                 return name
             frame = frame.f_back
-        if get_ident() != main_ident:
-            t = threading._active.get(get_ident())
-            target = b_getattr(t, "_target", None)
-            if target is not None and not trusted_callable(target):
-                return "a thread running %r" % (target,)
         return None
 
     def trusted_callable(obj):
-        """Whether ``obj``'s code (function, bound method, a callable object's or finder's
-        class and its bases) comes from trusted files; C callables are trusted."""
+        """Whether ``obj``'s code (a function, a bound method, a callable object's or finder's
+        class and its bases) comes from trusted files; C callables are trusted. Reads only
+        built-in descriptors: nothing of ``obj``'s own runs."""
         for _ in range(8):
-            code = b_getattr(obj, "__code__", None)
-            if code is not None:
-                return not untrusted_file(code.co_filename)
-            func = b_getattr(obj, "__func__", None)
-            if func is None:
-                break
-            obj = func
-        cls = obj if b_isinstance(obj, b_type) else b_type(obj)
-        for klass in b_getattr(cls, "__mro__", (cls,)):
-            for meth in b_getattr(klass, "__dict__", {}).values():
-                code = b_getattr(b_getattr(meth, "__func__", meth), "__code__", None)
-                if code is not None and untrusted_file(code.co_filename):
-                    return False
+            t = b_type(obj)
+            if t is function_type:
+                return not untrusted_file(obj.__code__.co_filename)
+            if t is method_type or t is classmethod or t is staticmethod:
+                obj = obj.__func__
+                continue
+            for c in builtin_types:
+                if t is c:
+                    return True
+            break
+        cls = obj if is_type(obj) else b_type(obj)
+        for klass in type_mro(cls):
+            for meth in type_dict(klass).values():
+                t = b_type(meth)
+                if t is classmethod or t is staticmethod:
+                    meth = meth.__func__
+                    t = b_type(meth)
+                if t is property:
+                    fns = (meth.fget, meth.fset, meth.fdel)
+                else:
+                    fns = (meth,)
+                for fn in fns:
+                    if b_type(fn) is function_type and untrusted_file(fn.__code__.co_filename):
+                        return False
         return True
 
     def tamper(kind, detail, veto=True):
@@ -281,31 +327,36 @@ def install(config, key, path, emit_code, trusted_sources):
         if veto:
             raise Tampered("the grader refused this operation (%s)" % kind)
 
-    walks = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
-
     def strict(event, args, frame):
         who = culprit(frame)
-        if who is None and event in walks and get_ident() != main_ident:
+        if who is None and get_ident() != main_ident and not event.startswith("sys.monitoring"):
             who = "another thread"  # a pool thread runs what the patch handed it, frame-less
         if who is not None:
             tamper(event, "from %s" % who)
 
     def on_trace(event, args, frame):
-        strict(event, args, frame)
-        hook = b_getattr(threading, "_trace_hook" if event == "sys.settrace" else "_profile_hook")
+        if get_ident() == main_ident:
+            strict(event, args, frame)
+        else:  # threading installs its hook in each new thread: the hook is what counts
+            who = culprit(frame)
+            if who is not None:
+                tamper(event, "from %s" % who)
+        hook = threading_dict.get("_trace_hook" if event == "sys.settrace" else "_profile_hook")
         if hook is not None and get_ident() != main_ident and not trusted_callable(hook):
-            tamper(event, "threading hook %r" % (hook,))
+            tamper(event, "threading hook %s" % describe(hook))
 
     def on_setattr(event, args, frame):
         obj, attr = args[0], args[1]
+        if b_type(obj) is not function_type or b_type(attr) is not b_str:
+            return
         if attr not in ("__code__", "__defaults__", "__kwdefaults__"):
             return
-        target = b_getattr(b_getattr(obj, "__code__", None), "co_filename", None)
+        target = obj.__code__.co_filename
         if protected(target):
-            tamper("function." + attr, "of %r (%s)" % (obj, target))
+            tamper("function." + attr, "of %s" % describe(obj))
         who = culprit(frame)
         if who is not None and not untrusted_file(target):
-            tamper("function." + attr, "of %r (%s) from %s" % (obj, target, who))
+            tamper("function." + attr, "of %s from %s" % (describe(obj), who))
 
     def on_made(name, source, frame, from_loader):
         genuine = from_loader and same_bytes(name, source)
@@ -330,13 +381,17 @@ def install(config, key, path, emit_code, trusted_sources):
 
     resolved = {}
 
+    code_type = b_type(_install.__code__)
+
     def on_exec(event, args, frame):
         """Test-file code run with untrusted code on the stack is tampering; a test module's
         code run by pytest from a clean stack, its file unchanged since the start, is the code
         its tests must run (``_checks``: compared by identity)."""
         code = args[0]
-        name = b_getattr(code, "co_filename", None)
-        if not b_isinstance(name, b_str):
+        if b_type(code) is not code_type:
+            return
+        name = code.co_filename
+        if b_type(name) is not b_str:
             return
         real = resolved.get(name)
         if real is None:
@@ -389,10 +444,19 @@ def install(config, key, path, emit_code, trusted_sources):
 
     def on_open(event, args, frame):
         name = args[0]
-        if b_isinstance(name, b_bytes):
-            name = name.decode("utf-8", "surrogateescape")
-        if not b_isinstance(name, b_str) or not grader_dir:
+        t = b_type(name)
+        if t is b_int or not grader_dir:
             return
+        if t is b_bytes:
+            name = name.decode("utf-8", "surrogateescape")
+        elif t is not b_str:
+            if t in path_types:
+                name = b_str(name)  # pathlib's own __str__ (trusted code)
+            else:  # a path-like of the patch's: its __fspath__ may answer twice differently
+                who = culprit(frame)
+                if who is not None:
+                    tamper("open", "a path object %s from %s" % (describe(name), who))
+                return
         real = resolve(name)
         if real and (real == grader_dir or real.startswith(grader_dir + "/")):
             who = culprit(frame)
@@ -409,7 +473,23 @@ def install(config, key, path, emit_code, trusted_sources):
         tests=tests,
         root=root,
         prims=(b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len),
-        sysv=(modules, meta_path, path_hooks, importer_cache, gettrace, getprofile, current_frames),
+        sysv=(modules, gettrace, getprofile, current_frames),
+        safe={
+            "describe": describe,
+            "function_type": function_type,
+            "method_type": method_type,
+            "func_dict": func_dict,
+            "mod_dict": mod_dict,
+            "type_name": type_name,
+            "sys_dict": sys_dict,
+            "threading_dict": threading_dict,
+        },
+    )
+
+    import pathlib
+
+    path_types = tuple(
+        c for c in vars(pathlib).values() if is_type(c) and c.__module__ == "pathlib"
     )
 
     def on_record(event, args, frame):
@@ -464,16 +544,24 @@ def install(config, key, path, emit_code, trusted_sources):
     ):
         handlers[event] = strict
     handlers_get = handlers.get
+    own_file = _install.__code__.co_filename
 
     def hook(event, args):
+        """Events the guard's own code raises while it works are passed over; any other code
+        that runs meanwhile (a ``__getattr__`` of the patch's reached by a check) is judged
+        like any code."""
         handler = handlers_get(event)
-        if handler is None or b_getattr(busy, "on", False):
+        if handler is None:
+            return
+        frame = getframe(1)
+        was = b_getattr(busy, "on", False)
+        if was and frame is not None and frame.f_code.co_filename == own_file:
             return
         busy.on = True
         try:
-            handler(event, args, getframe(1))
+            handler(event, args, frame)
         finally:
-            busy.on = False
+            busy.on = was
 
     del builtins
     if not hasattr(sys, "addaudithook") or config.get("hook") is False:
@@ -493,6 +581,7 @@ def _checks(
     root,
     prims,
     sysv,
+    safe,
 ):
     """The integrity checks, run by the hook (so with its bound primitives): module
     attributes by identity, import machinery, trace and profile functions, and each watched
@@ -503,7 +592,15 @@ def _checks(
 
     b_all, b_map = all, map
     b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len = prims
-    modules, meta_path, path_hooks, importer_cache, gettrace, getprofile, current_frames = sysv
+    modules, gettrace, getprofile, current_frames = sysv
+    describe, function_type = safe["describe"], safe["function_type"]
+    method_type, func_dict, mod_dict = safe["method_type"], safe["func_dict"], safe["mod_dict"]
+    type_name, sys_dict, threading_dict = (
+        safe["type_name"],
+        safe["sys_dict"],
+        safe["threading_dict"],
+    )
+    b_list, b_str = list, str
     ast_parse, b_compile = ast.parse, compile
     ImportFrom = ast.ImportFrom
     marker = object()
@@ -607,28 +704,29 @@ def _checks(
             if now is not marker and acceptable(now):
                 vals[i] = now
                 continue
-            tamper("changed", "%s: %s to %r (%s)" % (names[i], k, now, where), veto=False)
+            what = "deleted" if now is marker else describe(now)
+            tamper("changed", "%s: %s to %s (%s)" % (names[i], k, what, where), veto=False)
 
     def machinery(where, everything=False):
-        found = list(meta_path) + list(path_hooks)
+        """The import system's finders and hooks (as ``sys`` holds them now) and the trace and
+        profile functions of every thread must be trusted code."""
+        found = b_list(sys_dict.get("meta_path") or ()) + b_list(sys_dict.get("path_hooks") or ())
         if everything:  # hundreds of path finders: at collection and session end only
-            found += list(importer_cache.values())
+            found += b_list((sys_dict.get("path_importer_cache") or {}).values())
         for f in found:
             if f is not None and not trusted_callable(f):
-                tamper("import machinery", "%r (%s)" % (f, where), veto=False)
+                tamper("import machinery", "%s (%s)" % (describe(f), where), veto=False)
         for fn, what in ((gettrace(), "trace"), (getprofile(), "profile")):
             if fn is not None and not trusted_callable(fn):
-                tamper(what + " function", "%r (%s)" % (fn, where), veto=False)
-        import threading as _t  # its module dict is in the hot snapshot
-
-        for fn in (b_getattr(_t, "_trace_hook", None), b_getattr(_t, "_profile_hook", None)):
+                tamper(what + " function", "%s (%s)" % (describe(fn), where), veto=False)
+        for fn in (threading_dict.get("_trace_hook"), threading_dict.get("_profile_hook")):
             if fn is not None and not trusted_callable(fn):
-                tamper("threading hook", "%r (%s)" % (fn, where), veto=False)
+                tamper("threading hook", "%s (%s)" % (describe(fn), where), veto=False)
         for frame in current_frames().values():
             while frame is not None:
                 t = frame.f_trace
                 if t is not None and not trusted_callable(t):
-                    tamper("frame trace", "%r (%s)" % (t, where), veto=False)
+                    tamper("frame trace", "%s (%s)" % (describe(t), where), veto=False)
                 frame = frame.f_back
 
     def trusted_defs(real, module, config_obj):
@@ -682,24 +780,32 @@ def _checks(
         state["fresh"].add(real)
 
     def chain(obj):
+        """The test's callable and its ``__wrapped__`` layers, read through the built-in
+        descriptors only; a layer that is not a plain function ends the chain."""
         out = []
         while obj is not None and b_len(out) < 16:
-            obj = b_getattr(obj, "__func__", obj)
+            if b_type(obj) is method_type:
+                obj = obj.__func__
             out.append(obj)
-            obj = b_getattr(obj, "__wrapped__", None)
+            if b_type(obj) is not function_type:
+                break
+            obj = func_dict(obj).get("__wrapped__")
         return out
 
     def verify(item, defs, real, exact):
-        layers = chain(b_getattr(item, "obj", None))
-        cls = b_getattr(item, "cls", None)
-        cls_name = b_getattr(cls, "__name__", None)
-        name = (b_getattr(item, "originalname", None) or item.name).split("[")[0]
+        layers = chain(item.obj)
+        cls = item.cls
+        cls_name = type_name(cls) if cls is not None else None
+        name = (item.originalname if hasattr(item, "originalname") else None) or item.name
+        name = name.split("[")[0]
         wanted = [c for (k, n, _), c in defs.items() if k == cls_name and n == name]
         found = False
         for layer in layers:
-            code = b_getattr(layer, "__code__", None)
-            if code is None:
+            if b_type(layer) is not function_type:
+                if wanted:
+                    tamper("test code", "%s runs %s" % (item.nodeid, describe(layer)), veto=False)
                 continue
+            code = layer.__code__
             if resolve(code.co_filename) == real:
                 if code.co_name == name and any(
                     code is w or (not exact and code == w) for w in wanted
@@ -726,23 +832,23 @@ def _checks(
         compare(cold, "collection")
         machinery("collection", True)
         per_file = {}
-        for item in list(b_getattr(session, "items", [])):
-            path = b_getattr(item, "fspath", None) or b_getattr(item, "path", None)
-            real = resolve(str(path)) if path is not None else None
+        for item in b_list(session.items):
+            path = getattr(item, "path", None) or getattr(item, "fspath", None)
+            real = resolve(b_str(path)) if path is not None else None
             if real not in tests:
                 continue
-            module = b_getattr(item, "module", None)
+            module = item.module
             if real not in per_file:
                 try:
                     per_file[real] = trusted_defs(real, module, session.config)
                 except Exception:  # an old pytest's rewriter: the code is left unchecked
                     per_file[real] = (None, [], False)
                 defs, binds, exact = per_file[real]
-                modname = b_getattr(module, "__name__", None)
+                modname = mod_dict(module).get("__name__")
                 if modules.get(modname) is not module:
                     tamper(
                         "test module",
-                        "sys.modules[%r] is not the collected module" % modname,
+                        "sys.modules[%s] is not the collected module" % modname,
                         veto=False,
                     )
                 for src_mod, attr, local in binds:
@@ -756,10 +862,10 @@ def _checks(
     def check_bindings(where):
         for module, src_mod, attr, local in state["bindings"]:
             src = modules.get(src_mod)
-            have = b_vars(module).get(local, marker)
-            if src is None or have is marker:
-                continue
-            want = b_getattr(src, attr, marker)
+            have = mod_dict(module).get(local, marker)
+            if b_type(src) is not b_type(module) or have is marker:
+                continue  # absent, or not a plain module: nothing to compare by its dict
+            want = mod_dict(src).get(attr, marker)
             if want is not marker and want is not have:
                 tamper(
                     "test binding",
@@ -778,7 +884,7 @@ def _checks(
             machinery(where)
             check_bindings(where)
         it, defs, real, exact, ids = state["items"].get(b_id(item), (None,) * 5)
-        if it is item and [b_id(x) for x in chain(b_getattr(item, "obj", None))] != ids:
+        if it is item and [b_id(x) for x in chain(item.obj)] != ids:
             verify(item, defs, real, exact)
             tamper(
                 "test code", "%s: its function changed after collection" % item.nodeid, veto=False
