@@ -104,8 +104,10 @@ def native_kind(path: str, head: bytes) -> str | None:
     low = path.lower()
     if low.endswith(NATIVE_SUFFIXES) or ".so." in low.rsplit("/", 1)[-1]:
         return "a native or bytecode file name"
+    if head.startswith(b"\x7fELF"):
+        return "an ELF header"
     if head.startswith(_MAGICS):
-        return "an ELF or Mach-O header"
+        return "a Mach-O header"
     if head.startswith(b"MZ") and len(head) >= 64:
         at = int.from_bytes(head[60:64], "little")
         if head[at : at + 4] == b"PE\0\0":

@@ -9,11 +9,15 @@ holding the run's key, which it deletes, the plugins the environment declared, a
 variables the grader set for it), so nothing the tests start later sees them. Entry-point plugins are loaded here, and only those
 the environment declared before the patch was applied (auto-loading is off for the run).
 
+At its import, before anything of the patch is imported, it reads the task's test files and
+installs the runtime guard (``swe_gym_guard``, from ``guard.py``), which holds the key and writes
+every record: the plugin only raises them through ``_emit``.
+
 Each record is a JSON line with an HMAC-SHA256 under the per-run key and a sequence number:
 ``start``, one ``own`` per test phase (the outcome read from the phase's exception, not from
 the report object, which patched code can rewrite), one ``rep`` per report as pytest logged it,
-and ``end`` with the exit status when the session finishes. A run that dies early
-(``os._exit``) has no ``end``. See ``swe_gym.grading.verdict``.
+``tamper`` for each finding of the guard, and ``end`` with the exit status when the session
+finishes. A run that dies early (``os._exit``) has no ``end``. See ``swe_gym.grading.verdict``.
 """
 
 import json

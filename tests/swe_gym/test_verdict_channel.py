@@ -140,3 +140,24 @@ def test_an_honest_runs_records_back_its_log(repo, parser):
     # Outcomes the RL rule reads: a call-time xfail is XFAIL, not PASSED, in both.
     xfail = next(t for t in run.status if "test_xfail_call" in t)
     assert run.status[xfail] == lookup[xfail] == "XFAIL"
+
+
+def _record(res, nodeid, call, setup="passed", teardown="passed"):
+    res.own[nodeid] = {"setup": setup, "call": call, "teardown": teardown}
+    res.rep[nodeid] = {w: (o, False) for w, o in (("setup", setup), ("call", call),
+                                                    ("teardown", teardown))}  # fmt: skip
+
+
+@pytest.mark.parametrize("parser", sorted(verdict.PYTEST_PARSERS))
+def test_a_test_id_twin_does_not_back_the_test_it_collides_with(parser):
+    """``PASSED t.py::test_x twin`` keys as ``t.py::test_x`` in swebench's pytest parser: the
+    records back a test only by its exact node id, and the twin is listed as injected."""
+    res = verdict.ChannelResult(sessions=1, ended=1)
+    _record(res, "t.py::test_x", "skipped")
+    _record(res, "t.py::test_x twin", "passed")
+    _record(res, "t.py::test_p[a b]", "passed")
+    chan = verdict.exact_status(res, parser)
+    log = {"t.py::test_x": "PASSED", "t.py::test_p[a": "PASSED", "t.py::test_p[a b]": "PASSED"}
+    tests = [t for t in log if t in ("t.py::test_x", "t.py::test_p[a", "t.py::test_p[a b]")]
+    assert verdict.compare(log, chan, tests) == ["t.py::test_x"]
+    assert verdict.injected(res) == ["t.py::test_x twin"]
