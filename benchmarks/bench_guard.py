@@ -4,6 +4,7 @@ real repository's own test suite run under the grader's plugin with and without 
 
     python benchmarks/bench_guard.py [--backends local docker] [--repeat 3]
     python benchmarks/bench_guard.py --suite DIR --python PY [--tests tests] [--patched PATH]
+    python benchmarks/bench_guard.py --pythons 3.8 3.9 3.12 3.13
 
 Per backend: the median grading time of each task with and without the guard (interleaved, so
 machine load falls on both alike), their ratio over the suite, the median test-run share of
@@ -17,6 +18,11 @@ test file (the most the guard ever checks); ``--patched`` names a file to treat 
 Runs alternate with and without the hook, ``--repeat`` times each; reported: median wall times,
 the overhead, and the tamper records of the honest suite (the target is none). Writes
 ``bench_guard_suite.json``.
+
+``--pythons``: the red team of ``tests/security/test_runtime_tamper.py`` (every mechanism, the
+gold patch and the honest fix beside the same features) graded on the local backend in a task
+environment built at each Python (``uv``, pytest from PyPI: needs the registry), to show the
+guard on every Python with audit hooks. Writes ``bench_guard_pythons.json``.
 """
 
 from __future__ import annotations
@@ -140,6 +146,48 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
     }
 
 
+def run_pythons(pythons: list[str]) -> dict:
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import tests.security.test_runtime_tamper as red
+    from swe_gym.grading import grade_patch
+    from swe_gym.starter import starter_tasks
+    from tests.security.patching import patch_maker
+
+    base = next(t for t in starter_tasks() if t.instance_id == "starter__tinystats-2")
+    make = patch_maker(base, Path(tempfile.mkdtemp(prefix="bench-guard-")))
+    cases = {
+        "gold": base.patch,
+        "honest": make({red.CODE: red.fix, red.INIT: ("append", red.HONEST)}),
+    }
+    for name in sorted(vars(red)):
+        value = getattr(red, name)
+        if (
+            name.isupper()
+            and isinstance(value, str)
+            and name not in ("INIT", "CODE", "F2P", "HONEST", "GC_TEST", "RUN_ID")
+            and not name.startswith("_")
+        ):
+            cases[name.lower()] = make({red.INIT: ("append", value)})
+    out: dict = {}
+    for py in pythons:
+        task = dataclasses.replace(
+            base, install_config={**base.install_config, "python": py, "packages": ["pytest"]}
+        )
+        rows = {}
+        for name, patch in cases.items():
+            r = grade_patch(task, patch, sandbox_options={"environment": "task"}, timeout=300)
+            rows[name] = {
+                "resolved": r.resolved,
+                "reason": r.reason,
+                "first": (r.tampered or [r.detail])[0][:160],
+            }
+        out[py] = rows
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", nargs="+", default=["local"])
@@ -149,8 +197,24 @@ def main() -> None:
     ap.add_argument("--python", default="python3", help="--suite: the interpreter to run it")
     ap.add_argument("--tests", default="tests", help="--suite: the tests' folder")
     ap.add_argument("--patched", nargs="*", default=[], help="--suite: files taken as patched")
+    ap.add_argument("--pythons", nargs="*", help="the red team at these Pythons (task envs)")
     args = ap.parse_args()
     results = Path(__file__).parent / "results"
+    if args.pythons:
+        res = run_pythons(args.pythons)
+        names = list(next(iter(res.values())))
+        print(f"{'case':40} " + " ".join(f"{py:>18}" for py in res))
+        for name in names:
+            cells = []
+            for py in res:
+                row = res[py][name]
+                cells.append(f"{'RESOLVED' if row['resolved'] else row['reason']:>18}")
+            print(f"{name:40} " + " ".join(cells))
+        out = Path(args.out or results / "bench_guard_pythons.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+        print(f"wrote {out}")
+        return
     if args.suite:
         res = run_suite(args.suite, args.python, args.tests, args.patched, args.repeat)
         print(f"{'suite':30} {'files':>5} {'guard s':>8} {'no guard s':>10} {'overhead':>8} "

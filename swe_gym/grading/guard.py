@@ -492,22 +492,50 @@ def _install(config, key, path, emit_code, trusted_sources):
         c for c in vars(pathlib).values() if is_type(c) and c.__module__ == "pathlib"
     )
 
+    run = {"current": None, "collected": None, "ended": False}
+
     def on_record(event, args, frame):
-        if frame is None or frame.f_code is not emit_code or culprit(frame.f_back) is not None:
-            tamper("forged record", "from %s" % culprit(frame))
+        """A record from the plugin's ``emit``, raised by pytest's own calls (no untrusted
+        frame below, the main thread, before the session's end). A test's outcome is taken
+        only while pytest runs that test (``begin`` .. ``finish``), and only for a test that
+        was collected: an outcome raised later by a callback of the patch's (a finalizer, an
+        exit handler calling pytest's hooks) is refused."""
         kind = args[0]
+        if frame is None or frame.f_code is not emit_code or culprit(frame.f_back) is not None:
+            tamper("forged record", "%s from %s" % (kind, culprit(frame)))
+        if get_ident() != main_ident:
+            tamper("forged record", "%s from another thread" % kind)
+        if run["ended"]:
+            tamper("forged record", "%s after the session ended" % kind)
         if kind == "watch":
+            run["collected"] = set(b_id(i) for i in args[1].items)
             checks["watch"](args[1])
+            return
+        if kind == "begin":
+            item = args[1]
+            if run["current"] is not None:
+                tamper("forged record", "%s began inside another test" % item.nodeid)
+            if run["collected"] is not None and b_id(item) not in run["collected"]:
+                tamper("forged record", "%s ran without being collected" % item.nodeid)
+            run["current"] = item
+            return
+        if kind == "finish":
+            run["current"] = None
             return
         if kind == "own":
             item = args[1]
-            nodeid = b_getattr(item, "nodeid", "")
+            nodeid = item.nodeid
+            if run["collected"] is not None and item is not run["current"]:
+                tamper("forged record", "an outcome of %s while it was not running" % nodeid)
             if nodeid in watched or not watched:
                 checks["phase"](item, args[2])
             write("own", nodeid, args[2], args[3])
             return
         if kind == "end":
             checks["all"]()
+            write(*args)
+            run["ended"] = True
+            return
         write(*args)
 
     handlers = {

@@ -33,7 +33,7 @@ def _emit(*record):
     if _FALLBACK is not None:  # no audit hooks (Python < 3.8): written directly, unguarded
         if record[0] == "own":
             record = ("own", record[1].nodeid) + tuple(record[2:])
-        if record[0] != "watch":
+        if record[0] not in ("watch", "begin", "finish"):
             _FALLBACK(*record)
         return
     if _ON:
@@ -128,6 +128,13 @@ def _own(call):
     if ei.errisinstance(_SKIP):
         return "skipped"
     return "failed"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    _emit("begin", item)
+    yield
+    _emit("finish", item)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
