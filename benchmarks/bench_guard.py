@@ -102,7 +102,7 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
     files = sorted(str(p.relative_to(root)) for p in Path(root, tests).rglob("test_*.py"))
     times: dict[bool, list[float]] = {True: [], False: []}
     tampered: list[str] = []
-    summary = ""
+    summary: dict[bool, str] = {}
     for _ in range(repeat):
         for hook in (True, False):
             cfg = {"root": root, "patched": patched, "tests": files, "watched": [], "hook": hook}
@@ -129,7 +129,9 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
                 text=True,
             )
             times[hook].append(time.perf_counter() - t0)
-            summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr
+            summary[hook] = (
+                out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr
+            )
             if hook:
                 tampered += [x for x in rec.read_text().splitlines() if '"tamper"' in x]
     on, off = statistics.median(times[True]), statistics.median(times[False])
@@ -137,7 +139,8 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
         "suite": root,
         "python": python,
         "test_files": len(files),
-        "summary": summary,
+        "summary": summary[True],
+        "same_outcome": summary[True].split(" in ")[0] == summary[False].split(" in ")[0],
         "guard_s": on,
         "no_guard_s": off,
         "overhead": on / off - 1,
@@ -222,7 +225,7 @@ def main() -> None:
         print(
             f"{Path(res['suite']).name:30} {res['test_files']:>5} {res['guard_s']:>8.2f} "
             f"{res['no_guard_s']:>10.2f} {res['overhead']:>8.1%} {len(res['tamper_records']):>6}"
-            f"  {res['summary']}"
+            f"  {res['summary']} (same as without: {res['same_outcome']})"
         )
         out = Path(args.out or results / "bench_guard_suite.json")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,10 +44,13 @@ _REBOUND = frozenset(
     ]
 )
 _SKIP = frozenset(["warnings", "__main__"])
+# Compared after every watched test's call phase: what decides a test's outcome while it runs
+# (pytest's API and comparison helpers, outcomes, the runner and its reports, the test item,
+# unittest and skip handling, the assertion helpers, pluggy's calling of hooks). The rest of
+# pytest (formatting, collection, fixtures' setup) is compared at collection and session end.
 _HOT = frozenset(
     [
         "pytest",
-        "pluggy",
         "_pytest.python_api",
         "_pytest.raises",
         "_pytest.recwarn",
@@ -55,12 +58,14 @@ _HOT = frozenset(
         "_pytest.runner",
         "_pytest.reports",
         "_pytest.python",
-        "_pytest.fixtures",
         "_pytest.unittest",
         "_pytest.skipping",
-        "_pytest.nodes",
-        "_pytest.main",
-        "_pytest._code.code",
+        "_pytest.assertion",
+        "_pytest.assertion.util",
+        "pluggy",
+        "pluggy._callers",
+        "pluggy._hooks",
+        "pluggy._result",
     ]
 )
 
@@ -234,18 +239,37 @@ def _install(config, key, path, emit_code, trusted_sources):
             return "true" if v else "false"
         if b_type(v) is b_int:
             return "%d" % v
-        if b_type(v) in (b_list, b_tuple):
-            return "[" + ",".join(jdump(x) for x in v) + "]"
+        if b_type(v) is b_list or b_type(v) is b_tuple:
+            return "[" + ",".join([jdump(x) for x in v]) + "]"
+        if b_type(v) is b_str:
+            if v.isprintable() and '"' not in v and "\\" not in v:
+                return '"' + v + '"'
+            return jstr(v)
         return jstr(b_str.__str__(v) if b_isinstance(v, b_str) else b_repr(v))
 
     seq = [0]
 
+    buf = []
+
+    def flush():
+        with lock:
+            if buf:
+                o_write(fd, b"".join(buf))
+                del buf[:]
+
     def write(*record):
+        """Sign and buffer a record; the buffer goes out at each test's last record, at the
+        session's start and end, and with any tamper record (a run cut short loses its ``end``
+        either way: a lost buffer changes no verdict)."""
         with lock:
             seq[0] += 1
             raw = jdump([o_getpid(), seq[0]] + b_list(record)).encode("utf-8", "surrogateescape")
             mac = hmac_digest(key, raw, "sha256").hex()
-            o_write(fd, mac.encode("ascii") + b"\t" + raw + b"\n")
+            buf.append(mac.encode("ascii") + b"\t" + raw + b"\n")
+            kind = record[0]
+            last = kind == "rep" and b_len(record) > 2 and record[2] == "teardown"
+            if last or kind in ("start", "end", "tamper") or b_len(buf) >= 64:
+                flush()
 
     names = {}  # filename -> untrusted? (cache)
     made = set()  # names of code made while untrusted code ran
@@ -279,11 +303,16 @@ def _install(config, key, path, emit_code, trusted_sources):
             return True
         return b_any(real == d or real.startswith(d + "/") for d in runner_dirs)
 
+    names_get = names.get
+
     def culprit(frame):
         """The first untrusted frame's file on ``frame``'s stack, else None."""
         while frame is not None:
             name = frame.f_code.co_filename
-            if untrusted_file(name):
+            hit = names_get(name) if b_type(name) is b_str else True
+            if hit is None:
+                hit = untrusted_file(name)
+            if hit:
                 return name
             frame = frame.f_back
         return None
@@ -501,7 +530,10 @@ def _install(config, key, path, emit_code, trusted_sources):
         was collected: an outcome raised later by a callback of the patch's (a finalizer, an
         exit handler calling pytest's hooks) is refused."""
         kind = args[0]
-        if frame is None or frame.f_code is not emit_code or culprit(frame.f_back) is not None:
+        if frame is None or frame.f_code is not emit_code:
+            tamper("forged record", "%s from %s" % (kind, culprit(frame)))
+        # begin and finish write nothing: a forged one can only make a real outcome refused
+        if kind not in ("begin", "finish") and culprit(frame.f_back) is not None:
             tamper("forged record", "%s from %s" % (kind, culprit(frame)))
         if get_ident() != main_ident:
             tamper("forged record", "%s from another thread" % kind)
@@ -521,6 +553,7 @@ def _install(config, key, path, emit_code, trusted_sources):
             return
         if kind == "finish":
             run["current"] = None
+            flush()
             return
         if kind == "own":
             item = args[1]
@@ -630,7 +663,6 @@ def _checks(
     )
     b_list, b_str = list, str
     ast_parse, b_compile = ast.parse, compile
-    ImportFrom = ast.ImportFrom
     marker = object()
 
     def compare_doc():
@@ -675,14 +707,7 @@ def _checks(
                 out[3].extend(vals)
         return list(tables.values())
 
-    # Compared at every watched phase: what a test body calls (pytest's API, its comparison
-    # and assertion helpers) and what runs and records a test; the rest of pytest, pluggy and
-    # every other module loaded at the start are compared at collection and session end.
-    own = [
-        n
-        for n in modules
-        if n in _HOT or n.startswith("_pytest.assertion") or n.startswith("pluggy.")
-    ]
+    own = [n for n in modules if n in _HOT]
     hot = [
         (n, snap(modules[n], True))
         for n in sorted(own)
@@ -735,14 +760,21 @@ def _checks(
             what = "deleted" if now is marker else describe(now)
             tamper("changed", "%s: %s to %s (%s)" % (names[i], k, what, where), veto=False)
 
+    verified = {}  # id -> finder found trusted (per phase, an unchanged finder is not re-read)
+
     def machinery(where, everything=False):
         """The import system's finders and hooks (as ``sys`` holds them now) and the trace and
         profile functions of every thread must be trusted code."""
         found = b_list(sys_dict.get("meta_path") or ()) + b_list(sys_dict.get("path_hooks") or ())
         if everything:  # hundreds of path finders: at collection and session end only
             found += b_list((sys_dict.get("path_importer_cache") or {}).values())
+            verified.clear()
         for f in found:
-            if f is not None and not trusted_callable(f):
+            if f is None or verified.get(b_id(f)) is f:
+                continue
+            if trusted_callable(f):
+                verified[b_id(f)] = f
+            else:
                 tamper("import machinery", "%s (%s)" % (describe(f), where), veto=False)
         for fn, what in ((gettrace(), "trace"), (getprofile(), "profile")):
             if fn is not None and not trusted_callable(fn):
@@ -766,17 +798,11 @@ def _checks(
         src = trusted_sources.get(real)
         if src is None:
             return None, [], False
-        tree = ast_parse(src, real)
-        binds = [
-            (n.module, a.name, a.asname or a.name)
-            for n in tree.body
-            if b_isinstance(n, ImportFrom) and n.module and not n.level
-            for a in n.names
-            if a.name != "*"
-        ]
+        binds = bindings(module, src)
         top = state["top"].get(real)
         if top is not None and real not in state["fresh"]:
             return defs_of(top), binds, True
+        tree = ast_parse(src, real)
         if "@py_builtins" in b_vars(module):
             from _pytest.assertion.rewrite import rewrite_asserts
 
@@ -785,6 +811,31 @@ def _checks(
             except TypeError:
                 rewrite_asserts(tree, real, config_obj)
         return defs_of(b_compile(tree, real, "exec", dont_inherit=True)), binds, False
+
+    import re
+
+    from_import = re.compile(
+        rb"^from[ \t]+([\w.]+)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)", re.M
+    )
+
+    def bindings(module, src):
+        """The test file's top-level ``from X import Y [as Z]`` (read from the bytes taken at
+        the start; relative imports and ``*`` left out): (module, X, Y, Z)."""
+        out = []
+        for m in from_import.finditer(src):
+            names = m.group(2).decode("utf-8", "replace").replace("\\\n", " ")
+            names = " ".join(line.split("#", 1)[0] for line in names.splitlines())
+            names = names.replace("(", " ").replace(")", " ")
+            for part in names.split(","):
+                part = part.strip()
+                if not part or part == "*":
+                    continue
+                bits = part.split()
+                if b_len(bits) == 3 and bits[1] == "as":
+                    out.append((module, m.group(1).decode(), bits[0], bits[2]))
+                elif b_len(bits) == 1:
+                    out.append((module, m.group(1).decode(), bits[0], bits[0]))
+        return out
 
     def defs_of(top):
         """(class or None, name, line) -> code, from a module's code object: functions at the
@@ -834,7 +885,10 @@ def _checks(
                     tamper("test code", "%s runs %s" % (item.nodeid, describe(layer)), veto=False)
                 continue
             code = layer.__code__
-            if resolve(code.co_filename) == real:
+            where = seen_paths.get(code.co_filename)
+            if where is None:
+                where = seen_paths[code.co_filename] = resolve(code.co_filename)
+            if where == real:
                 if code.co_name == name and any(
                     code is w or (not exact and code == w) for w in wanted
                 ):
@@ -855,6 +909,8 @@ def _checks(
             )
         return [b_id(x) for x in layers]
 
+    seen_paths = {}
+
     def watch(session):
         compare(hot, "collection")
         compare(cold, "collection")
@@ -862,7 +918,10 @@ def _checks(
         per_file = {}
         for item in b_list(session.items):
             path = getattr(item, "path", None) or getattr(item, "fspath", None)
-            real = resolve(b_str(path)) if path is not None else None
+            path = b_str(path) if path is not None else None
+            real = seen_paths.get(path) if path is not None else None
+            if path is not None and real is None:
+                real = seen_paths[path] = resolve(path)
             if real not in tests:
                 continue
             module = item.module
@@ -879,16 +938,17 @@ def _checks(
                         "sys.modules[%s] is not the collected module" % modname,
                         veto=False,
                     )
-                for src_mod, attr, local in binds:
-                    state["bindings"].append((module, src_mod, attr, local))
+                state["bindings"].extend(binds)
             defs, _, exact = per_file[real]
             if defs is not None:
                 ids = verify(item, defs, real, exact)
                 state["items"][b_id(item)] = (item, defs, real, exact, ids)
         check_bindings("collection")
 
-    def check_bindings(where):
+    def check_bindings(where, only=None):
         for module, src_mod, attr, local in state["bindings"]:
+            if only is not None and module is not only:
+                continue
             src = modules.get(src_mod)
             have = mod_dict(module).get(local, marker)
             if b_type(src) is not b_type(module) or have is marker:
@@ -910,7 +970,7 @@ def _checks(
         if when == "call":  # what must hold while the test body ran (a change undone within
             compare(hot, where)  # it is not seen: SECURITY.md)
             machinery(where)
-            check_bindings(where)
+            check_bindings(where, item.module)
         it, defs, real, exact, ids = state["items"].get(b_id(item), (None,) * 5)
         if it is item and [b_id(x) for x in chain(item.obj)] != ids:
             verify(item, defs, real, exact)
