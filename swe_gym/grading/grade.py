@@ -231,12 +231,18 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         run.log[-4000:],
         run.truncated,
     )
+    res = verdict.read_channel(sandbox, channel) if channel is not None else None
+    if res is not None:
+        report.injected_tests = verdict.injected(res)
     if run.timed_out:
         report.reason = "tests_timed_out"
+    elif res is not None and res.tampered:  # also when the veto stopped the suite itself
+        report.channel, report.reason, report.tampered = "checked", "tampered", res.tampered
+        report.detail = "the runtime guard saw: " + "; ".join(res.tampered[:20])
     elif not run.valid:
         report.reason = "suite_did_not_run"
-    elif channel is not None:
-        _check_channel(report, task, run, verdict.read_channel(sandbox, channel), parser)
+    elif res is not None:
+        _check_channel(report, task, run, res, parser)
     _finish(report, task, run.status, ran=not run.timed_out)
 
 

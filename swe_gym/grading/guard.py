@@ -505,6 +505,7 @@ def _install(config, key, path, emit_code, trusted_sources):
         sysv=(modules, gettrace, getprofile, current_frames),
         safe={
             "describe": describe,
+            "is_type": is_type,
             "function_type": function_type,
             "method_type": method_type,
             "func_dict": func_dict,
@@ -654,7 +655,7 @@ def _checks(
     b_all, b_map = all, map
     b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len = prims
     modules, gettrace, getprofile, current_frames = sysv
-    describe, function_type = safe["describe"], safe["function_type"]
+    describe, is_type = safe["describe"], safe["is_type"]
     method_type, func_dict, mod_dict = safe["method_type"], safe["func_dict"], safe["mod_dict"]
     type_name, sys_dict, threading_dict = (
         safe["type_name"],
@@ -726,18 +727,22 @@ def _checks(
     )
     state = {"items": {}, "bindings": [], "top": {}, "fresh": set()}
 
-    function_type, wrappers = b_type(compare_doc), (classmethod, staticmethod)
+    function_type = b_type(compare_doc)
 
     def acceptable(v):
         """A changed entry is honest when its new value is a function of trusted code (or a
-        property, classmethod or staticmethod of such): pytest's ``legacypath`` plugin and
-        ``typing_extensions`` rebind functions this way. Anything else is tampering."""
+        property, classmethod or staticmethod of such, or such a function bound to a class of
+        trusted code): pytest's ``legacypath`` plugin, its debugging plugin (``pdb.set_trace``)
+        and ``typing_extensions`` rebind functions this way. Anything else is tampering."""
         if b_type(v) is function_type:
             return not untrusted_file(v.__code__.co_filename)
         if b_type(v) is property:
             return all(f is None or acceptable(f) for f in (v.fget, v.fset, v.fdel))
-        if b_type(v) in wrappers:
+        if b_type(v) is classmethod or b_type(v) is staticmethod:
             return acceptable(v.__func__)
+        if b_type(v) is method_type:  # a classmethod bound to its class (pytest's pdb.set_trace)
+            owner = v.__self__
+            return acceptable(v.__func__) and is_type(owner) and trusted_callable(owner)
         return False
 
     def compare(tables, where):

@@ -102,8 +102,10 @@ def _entry_points():
     return out
 
 
-def pytest_addoption(parser, pluginmanager):
-    """Load the declared entry-point plugins as auto-loading would (called on registration)."""
+def pytest_addhooks(pluginmanager):
+    """Load the declared entry-point plugins as auto-loading would. Called when this plugin is
+    registered (a historic hook, in every pytest since 2.8; ``pytest_addoption`` takes the
+    plugin manager only from pytest 5.4 on)."""
     allowed = set(tuple(p) for p in _ALLOWED)
     loaded = []
     for name, value, load in _entry_points():

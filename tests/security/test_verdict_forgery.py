@@ -162,7 +162,7 @@ def _refused(report, *reasons: str):
         (PASSED_AT_EXIT, ("results_mismatch", "suite_did_not_run"), True),
         (FORGE_RECORDS, ("channel_forged", "tampered"), False),
         (DELETE_RECORDS, ("channel_missing", "tampered"), False),
-        (STEAL_KEY, ("channel_forged", "suite_did_not_run"), True),
+        (STEAL_KEY, ("channel_forged", "suite_did_not_run", "tampered"), True),
     ],
     ids=[
         "flip-reports",
