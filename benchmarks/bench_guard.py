@@ -5,6 +5,7 @@ real repository's own test suite run under the grader's plugin with and without 
     python benchmarks/bench_guard.py [--backends local docker] [--repeat 3]
     python benchmarks/bench_guard.py --suite DIR --python PY [--tests tests] [--patched PATH]
     python benchmarks/bench_guard.py --pythons 3.8 3.9 3.12 3.13
+    python benchmarks/bench_guard.py --rows ROWS --repos-dir D
 
 Per backend: the median grading time of each task with and without the guard (interleaved, so
 machine load falls on both alike), their ratio over the suite, the median test-run share of
@@ -23,6 +24,10 @@ the overhead, and the tamper records of the honest suite (the target is none). W
 gold patch and the honest fix beside the same features) graded on the local backend in a task
 environment built at each Python (``uv``, pytest from PyPI: needs the registry), to show the
 guard on every Python with audit hooks. Writes ``bench_guard_pythons.json``.
+
+``--rows``: published (or your own) rows over local clones, each graded with the empty and the
+gold patch in its own environment: the guard's false alarms on real repositories (the target
+is no gold patch ``tampered``). Writes ``bench_guard_rows.json``.
 """
 
 from __future__ import annotations
@@ -191,6 +196,28 @@ def run_pythons(pythons: list[str]) -> dict:
     return out
 
 
+def run_rows(rows: str, repos_dir: str) -> list[dict]:
+    from swe_gym.grading import grade_patch
+    from swe_gym.tasks import load_tasks
+
+    out = []
+    for task in load_tasks(rows):
+        opts = {"repos_dir": repos_dir}
+        row = {"instance_id": task.instance_id}
+        for name, patch in (("empty", ""), ("gold", task.patch)):
+            r = grade_patch(task, patch, sandbox_options=opts, timeout=1800)
+            row[name] = {"resolved": r.resolved, "reason": r.reason, "tampered": r.tampered[:5],
+                         "seconds": round(r.duration_s, 1)}  # fmt: skip
+        out.append(row)
+        print(
+            f"{task.instance_id:45} empty {row['empty']['reason'] or 'RESOLVED':>18}  "
+            f"gold {row['gold']['reason'] or 'RESOLVED':>18}  "
+            f"gold tampered {len(row['gold']['tampered'])}",
+            flush=True,
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", nargs="+", default=["local"])
@@ -201,8 +228,17 @@ def main() -> None:
     ap.add_argument("--tests", default="tests", help="--suite: the tests' folder")
     ap.add_argument("--patched", nargs="*", default=[], help="--suite: files taken as patched")
     ap.add_argument("--pythons", nargs="*", help="the red team at these Pythons (task envs)")
+    ap.add_argument("--rows", help="rows to grade (empty and gold) in their environments")
+    ap.add_argument("--repos-dir", help="--rows: the clones (owner__name)")
     args = ap.parse_args()
     results = Path(__file__).parent / "results"
+    if args.rows:
+        res_rows = run_rows(args.rows, args.repos_dir)
+        out = Path(args.out or results / "bench_guard_rows.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res_rows, indent=2))
+        print(f"wrote {out}")
+        return
     if args.pythons:
         res = run_pythons(args.pythons)
         names = list(next(iter(res.values())))
