@@ -104,6 +104,7 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
     folder = Path(tempfile.mkdtemp(prefix="bench-guard-"))
     (folder / "swe_gym_verdict.py").write_bytes((here / "verdict_plugin.py").read_bytes())
     (folder / "swe_gym_guard.py").write_bytes((here / "guard.py").read_bytes())
+    (folder / "swe_gym_guard_checks.py").write_bytes((here / "guard_checks.py").read_bytes())
     files = sorted(str(p.relative_to(root)) for p in Path(root, tests).rglob("test_*.py"))
     times: dict[bool, list[float]] = {True: [], False: []}
     tampered: list[str] = []

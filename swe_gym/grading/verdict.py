@@ -19,6 +19,7 @@ their log alone, and the report says so.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -90,6 +91,17 @@ class Channel:
     exports: str  # shell: write the plugin and key file, export what loads the plugin
 
 
+@functools.cache
+def _shipped() -> tuple[str, str, str]:
+    """The plugin, the guard and its checks as base64, read once per process: a run keeps the
+    files it started with even if the checkout changes under it."""
+    here = Path(__file__).parent
+    return tuple(  # type: ignore[return-value]
+        base64.b64encode((here / name).read_bytes()).decode()
+        for name in ("verdict_plugin.py", "guard.py", "guard_checks.py")
+    )
+
+
 def prepare(
     sandbox: Sandbox, work_dir: str, env: Environment, guard: dict[str, Any] | None = None
 ) -> Channel:
@@ -102,15 +114,14 @@ def prepare(
     folder = f"{work_dir}/verdict"
     root = sandbox.workdir.rstrip("/")
     path, keyfile = f"{folder}/{name}.rec", f"{root}/{folder}/{name}.key"
-    here = Path(__file__).parent
-    plugin = base64.b64encode((here / "verdict_plugin.py").read_bytes()).decode()
-    guard_code = base64.b64encode((here / "guard.py").read_bytes()).decode()
+    plugin, guard_code, checks_code = _shipped()
     guard_file = f"{folder}/{name}.json"
     sandbox.write_file(guard_file, json.dumps({"root": root, **(guard or {})}))
     exports = (
         f"mkdir -p {root}/{folder} && printf %s {plugin} | base64 -d > "
         f"{root}/{folder}/{PLUGIN_MODULE}.py && printf %s {guard_code} | base64 -d > "
-        f"{root}/{folder}/{GUARD_MODULE}.py && (umask 077; printf %s {key} > {keyfile}); "
+        f"{root}/{folder}/{GUARD_MODULE}.py && printf %s {checks_code} | base64 -d > "
+        f"{root}/{folder}/{GUARD_MODULE}_checks.py && (umask 077; printf %s {key} > {keyfile}); "
     )
     exports += "".join(
         f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
