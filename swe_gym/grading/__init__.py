@@ -6,7 +6,8 @@ One module per concern (``grade`` is the flow; see its doc):
 - ``testinfra``: the test-infrastructure rule (what the patch may not change);
 - ``testrun``: the test command, its complete log, the row's parser;
 - ``verdict`` and ``verdict_plugin``: the signed result channel beside the log;
-- ``guard``: the runtime guard the plugin installs first (audit hook, integrity checks);
+- ``guard`` and ``guard_checks``: the runtime guard the plugin installs first (audit hook,
+  integrity checks);
 - ``forgery``: the static second line (the patch's files as they will run);
 - ``official``: swebench's own rule on the same log.
 
