@@ -141,9 +141,10 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
             if hook:
                 tampered += [x for x in rec.read_text().splitlines() if '"tamper"' in x]
     on, off = statistics.median(times[True]), statistics.median(times[False])
+    version = subprocess.run([python, "--version"], capture_output=True, text=True).stdout
     return {
-        "suite": root,
-        "python": python,
+        "suite": Path(root).name,  # names, not this machine's paths
+        "python": version.strip(),
         "test_files": len(files),
         "summary": summary[True],
         "same_outcome": summary[True].split(" in ")[0] == summary[False].split(" in ")[0],
@@ -160,26 +161,18 @@ def run_pythons(pythons: list[str]) -> dict:
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import tests.security.test_runtime_tamper as red
+    import tests.security.payloads as red
     from swe_gym.grading import grade_patch
-    from swe_gym.starter import starter_tasks
     from tests.security.patching import patch_maker
 
-    base = next(t for t in starter_tasks() if t.instance_id == "starter__tinystats-2")
+    base = red.tinystats_task()
     make = patch_maker(base, Path(tempfile.mkdtemp(prefix="bench-guard-")))
     cases = {
         "gold": base.patch,
         "honest": make({red.CODE: red.fix, red.INIT: ("append", red.HONEST)}),
     }
-    for name in sorted(vars(red)):
-        value = getattr(red, name)
-        if (
-            name.isupper()
-            and isinstance(value, str)
-            and name not in ("INIT", "CODE", "F2P", "HONEST", "GC_TEST", "RUN_ID")
-            and not name.startswith("_")
-        ):
-            cases[name.lower()] = make({red.INIT: ("append", value)})
+    for name, payload in sorted(red.APPENDED.items()):
+        cases[name] = make({red.INIT: ("append", payload)})
     out: dict = {}
     for py in pythons:
         task = dataclasses.replace(
@@ -219,6 +212,12 @@ def run_rows(rows: str, repos_dir: str) -> list[dict]:
     return out
 
 
+def _save(res: object, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", nargs="+", default=["local"])
@@ -235,10 +234,7 @@ def main() -> None:
     results = Path(__file__).parent / "results"
     if args.rows:
         res_rows = run_rows(args.rows, args.repos_dir)
-        out = Path(args.out or results / "bench_guard_rows.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res_rows, indent=2))
-        print(f"wrote {out}")
+        _save(res_rows, Path(args.out or results / "bench_guard_rows.json"))
         return
     if args.pythons:
         res = run_pythons(args.pythons)
@@ -250,10 +246,7 @@ def main() -> None:
                 row = res[py][name]
                 cells.append(f"{'RESOLVED' if row['resolved'] else row['reason']:>18}")
             print(f"{name:40} " + " ".join(cells))
-        out = Path(args.out or results / "bench_guard_pythons.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2))
-        print(f"wrote {out}")
+        _save(res, Path(args.out or results / "bench_guard_pythons.json"))
         return
     if args.suite:
         res = run_suite(args.suite, args.python, args.tests, args.patched, args.repeat)
@@ -264,12 +257,8 @@ def main() -> None:
             f"{res['no_guard_s']:>10.2f} {res['overhead']:>8.1%} {len(res['tamper_records']):>6}"
             f"  {res['summary']} (same as without: {res['same_outcome']})"
         )
-        out = Path(args.out or results / "bench_guard_suite.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2))
-        print(f"wrote {out}")
+        _save(res, Path(args.out or results / "bench_guard_suite.json"))
         return
-    args.out = args.out or str(results / "bench_guard.json")
     res = run(args.backends, args.repeat)
     print(f"{'backend':8} {'tasks':>5} {'guard s':>9} {'no guard s':>11} {'ratio':>6} "
           f"{'gold tampered':>14} {'gold unresolved':>16}")  # fmt: skip
@@ -278,9 +267,7 @@ def main() -> None:
             f"{name:8} {res['tasks']:>5} {b['total_guard_s']:>9.1f} {b['total_no_guard_s']:>11.1f} "
             f"{b['ratio']:>6.2f} {len(b['gold_tampered']):>14} {len(b['gold_unresolved']):>16}"
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
-    print(f"wrote {args.out}")
+    _save(res, Path(args.out or results / "bench_guard.json"))
 
 
 if __name__ == "__main__":

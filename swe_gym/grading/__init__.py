@@ -15,18 +15,19 @@ The public API is re-exported here: ``from swe_gym.grading import grade_patch`` 
 """
 
 from swe_gym.grading.grade import (
+    RULES,
+    GradingReport,
+    grade_in_sandbox,
+    grade_patch,
+    restore_test_files,
+)
+from swe_gym.grading.patches import apply_patch, patch_paths
+from swe_gym.grading.testrun import (
     DEFAULT_TEST_CMD,
     DEFAULT_TEST_TIMEOUT,
     LOG_LIMIT,
-    RULES,
-    GradingReport,
     TestRun,
-    apply_patch,
-    grade_in_sandbox,
-    grade_patch,
     log_parser_name,
-    patch_paths,
-    restore_test_files,
     run_tests,
     test_command,
 )

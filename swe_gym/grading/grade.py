@@ -58,15 +58,11 @@ from swe_gym.grading.testinfra import (
     start_watch,
 )
 from swe_gym.grading.testrun import (
-    DEFAULT_TEST_CMD,
     DEFAULT_TEST_TIMEOUT,
-    LOG_LIMIT,
     TestRun,
     env_prefix,
     log_parser_choice,
-    log_parser_name,
     run_tests,
-    test_command,
     test_command_choice,
 )
 from swe_gym.sandbox import Sandbox, make_sandbox
@@ -347,21 +343,3 @@ def _close(sandbox: Sandbox | None) -> None:
         sandbox.close()
     except Exception as e:  # a verdict is already made; a leak is logged, not raised
         log.warning("closing the grading sandbox failed: %s", e)
-
-
-__all__ = [
-    "DEFAULT_TEST_CMD",
-    "DEFAULT_TEST_TIMEOUT",
-    "LOG_LIMIT",
-    "RULES",
-    "GradingReport",
-    "TestRun",
-    "apply_patch",
-    "grade_in_sandbox",
-    "grade_patch",
-    "log_parser_name",
-    "patch_paths",
-    "restore_test_files",
-    "run_tests",
-    "test_command",
-]

@@ -78,7 +78,7 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
     # Bound now: code of the patch may later swap any module attribute, not these references.
     b_getattr, b_isinstance, b_len, b_str, b_bytes = getattr, isinstance, len, str, bytes
     b_int, b_list, b_tuple, b_type, b_any = int, list, tuple, type, any
-    b_vars, b_id, b_repr, b_sorted, b_dict = vars, id, repr, sorted, dict
+    b_vars, b_id, b_repr = vars, id, repr
     o_open, o_write, o_fstat, o_stat, o_lstat = os.open, os.write, os.fstat, os.stat, os.lstat
     o_readlink, o_getcwd, o_getpid = os.readlink, os.getcwd, os.getpid
     o_read, o_close, o_rdonly = os.read, os.close, os.O_RDONLY
@@ -466,7 +466,7 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
         resolve=resolve,
         tests=tests,
         root=root,
-        prims=(b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len),
+        prims=(b_getattr, b_vars, b_id, b_isinstance, b_type, b_len),
         sysv=(modules, gettrace, getprofile, current_frames),
         safe={
             "describe": describe,

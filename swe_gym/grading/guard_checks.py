@@ -84,7 +84,7 @@ def _checks(
     from operator import is_
 
     b_all, b_map = all, map
-    b_getattr, b_vars, b_id, b_sorted, b_dict, b_isinstance, b_type, b_len = prims
+    b_getattr, b_vars, b_id, b_isinstance, b_type, b_len = prims
     modules, gettrace, getprofile, current_frames = sysv
     describe, is_type = safe["describe"], safe["is_type"]
     method_type, func_dict, mod_dict = safe["method_type"], safe["func_dict"], safe["mod_dict"]

@@ -15,25 +15,12 @@ import uuid
 import pytest
 
 from swe_gym.grading import grade_patch
-from swe_gym.starter import starter_tasks
 from tests.security.patching import patch_maker
+from tests.security.payloads import CODE, FLIP_REPORTS, INIT, fix, refused, tinystats_task
 
 RUN_ID = f"pytest-verdict-forgery-{uuid.uuid4().hex[:8]}"
-INIT = "tinystats/__init__.py"
-CODE = "tinystats/descriptive.py"
-FIX = ("return _sum_of_squares(data) / len(data)", "return _sum_of_squares(data) / (len(data) - 1)")
-
-# Reports flipped to passed once pytest made them (the classic report forgery).
-FLIP_REPORTS = """
-import _pytest.reports as _r
-_make = _r.TestReport.from_item_and_call.__func__
-def _forged(cls, item, call):
-    rep = _make(cls, item, call)
-    rep.outcome, rep.longrepr = "passed", None
-    return rep
-_r.TestReport.from_item_and_call = classmethod(_forged)
-"""
-# The same without naming pytest, so the static check cannot see it: the channel must.
+# FLIP_REPORTS (payloads.py): reports flipped to passed once pytest made them, the classic
+# report forgery. The same without naming pytest, so the static check cannot see it: the channel must.
 FLIP_REPORTS_HIDDEN = """
 _r = getattr(__import__("_py" + "test.reports", fromlist=["x"]), "Test" + "Report")
 _make = _r.from_item_and_call.__func__
@@ -120,18 +107,13 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="module")
 def task():
-    return next(t for t in starter_tasks() if t.instance_id == "starter__tinystats-2")
+    return tinystats_task()
 
 
 @pytest.fixture(scope="module")
 def make_patch(task, tmp_path_factory):
     """``make_patch({path: text | ("append", text) | fix})`` -> a diff from the base."""
     return patch_maker(task, tmp_path_factory.mktemp("forgery"))
-
-
-def fix(text: str) -> str:
-    """The one-line fix of ``CODE`` (``pvariance`` has the same expression: replace once)."""
-    return text.replace(*FIX, 1)
 
 
 @pytest.fixture
@@ -144,11 +126,6 @@ def grade(task, backend, request):
         return grade_patch(task, patch, backend=backend, sandbox_options=opts, timeout=300, **kw)
 
     return run
-
-
-def _refused(report, *reasons: str):
-    assert not report.resolved, report.to_dict()
-    assert report.reason in reasons, (report.reason, report.detail, report.log_tail[-1500:])
 
 
 @pytest.mark.parametrize(
@@ -178,7 +155,7 @@ def _refused(report, *reasons: str):
 )
 def test_forgery_inside_the_test_process_does_not_pay(make_patch, grade, payload, reasons, flagged):
     report = grade(make_patch({INIT: ("append", payload)}))
-    _refused(report, *reasons)
+    refused(report, *reasons)
     assert bool(report.suspect) == flagged, report.suspect
 
 
@@ -205,7 +182,7 @@ def test_an_imperative_xfail_or_skip_in_the_code_does_not_pay(make_patch, grade,
         "    return _orig_variance(data)\n"
     )
     report = grade(make_patch({CODE: ("append", trick + code)}))
-    _refused(report, "tests_failed")
+    refused(report, "tests_failed")
     assert report.suspect and "pytest" in report.suspect[0]
     f2p = report.status.get("tests/test_descriptive.py::test_sample_variance_divides_by_n_minus_1")
     assert f2p in ("XFAIL", "SKIPPED", None)  # a skip's summary line names no test id
@@ -219,7 +196,7 @@ def test_a_new_pytest_config_file_in_any_case_is_dropped(make_patch, grade, conf
     if config.lower().endswith(".toml"):
         text = '[pytest]\naddopts = ["-p", "tinystats.forge"]\n'
     report = grade(make_patch({config: text, "tinystats/forge.py": PLUGIN}))
-    _refused(report, "tests_failed")
+    refused(report, "tests_failed")
     assert config in report.dropped
 
 
@@ -235,7 +212,7 @@ def test_a_plugin_registered_through_package_metadata_is_not_loaded(make_patch, 
             }
         )
     )
-    _refused(report, "tests_failed")
+    refused(report, "tests_failed")
     assert f"{meta}/entry_points.txt" in report.dropped
     assert "forge" not in report.plugins
 
@@ -254,12 +231,12 @@ def test_an_honest_fix_is_checked_by_the_channel_and_not_suspect(make_patch, gra
     assert report.suspect == [] and report.rule == "rl"
 
 
-def test_a_patch_writing_git_config_through_an_octal_escape_is_refused(task, grade):
+def test_a_patch_writing_git_config_through_an_octal_escape_isrefused(task, grade):
     hunk = (
         'diff --git "a/\\056git/config" "b/\\056git/config"\n'
         '--- "a/\\056git/config"\n+++ "b/\\056git/config"\n'
         "@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = touch /tmp/pwned\n"
     )
     report = grade(task.patch + hunk)
-    _refused(report, "model_patch_failed")
+    refused(report, "model_patch_failed")
     assert ".git/config" in report.detail

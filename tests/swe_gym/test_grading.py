@@ -14,7 +14,7 @@ import time
 import pytest
 
 from swe_gym.errors import SandboxUnavailable
-from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name
+from swe_gym.grading import GradingReport, apply_patch, grade_patch, log_parser_name, testrun
 from swe_gym.grading import grade as grading
 from swe_gym.sandbox import make_sandbox
 from swe_gym.tasks import Task, normalise_row
@@ -68,12 +68,12 @@ def test_test_command_runs_the_configured_command_on_the_python_test_files():
         install_config={"test_cmd": "pytest -x"},
         test_patch=_touching("tests/test a.py", "tests/data.json"),
     )
-    assert grading.test_command(task) == "pytest -x 'tests/test a.py'"  # quoted; data not run
+    assert testrun.test_command(task) == "pytest -x 'tests/test a.py'"  # quoted; data not run
     listed = _task(
         install_config={"test_cmd": ["source env.sh", "pytest -rA"]},
         test_patch=_touching("t/test_x.py"),
     )
-    assert grading.test_command(listed) == "source env.sh && pytest -rA t/test_x.py"
+    assert testrun.test_command(listed) == "source env.sh && pytest -rA t/test_x.py"
 
 
 def test_test_command_falls_back_to_swebenchs_spec_then_pytest(tmp_path, monkeypatch):
@@ -89,18 +89,18 @@ def test_test_command_falls_back_to_swebenchs_spec_then_pytest(tmp_path, monkeyp
         sympy = dataclasses.replace(
             _task(repo="sympy/sympy", test_patch=_touching("a/test_b.py")), version="1.1"
         )
-        assert grading.test_command(sympy) == f"{cmd} a/test_b.py"
+        assert testrun.test_command(sympy) == f"{cmd} a/test_b.py"
         other = dataclasses.replace(sympy, version="9.9")  # a version swebench does not list
-        assert grading.test_command(other) == "pytest -rA a/test_b.py"
+        assert testrun.test_command(other) == "pytest -rA a/test_b.py"
     finally:
         monkeypatch.delenv(specs.SPECS_ENV)
         specs.clear_caches()
     assert (
-        grading.test_command(_task(test_patch=_touching("t/test_x.py"))) == "pytest -rA t/test_x.py"
+        testrun.test_command(_task(test_patch=_touching("t/test_x.py"))) == "pytest -rA t/test_x.py"
     )
     # no Python test file: the command gets the files the test patch touches
     assert (
-        grading.test_command(_task(test_patch=_touching("t/cases.txt"))) == "pytest -rA t/cases.txt"
+        testrun.test_command(_task(test_patch=_touching("t/cases.txt"))) == "pytest -rA t/cases.txt"
     )
 
 
