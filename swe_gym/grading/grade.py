@@ -157,11 +157,13 @@ def _tree_files(sandbox: Sandbox, paths: list[str]) -> tuple[dict[str, str], lis
     and the native code or bytecode among them (``forgery.native_kind``)."""
     texts, native = {}, []
     for path in paths:
-        try:
-            data = sandbox.read_file(path, max_bytes=8 * 2**20)
-        except (FileNotFoundError, IsADirectoryError, ValueError, OSError):
-            continue
-        why = forgery.native_kind(path, data[:4096])
+        why, data = forgery.native_kind(path, b""), b""  # by name, however large the file
+        if why is None:
+            try:
+                data = sandbox.read_file(path, max_bytes=8 * 2**20)
+            except (FileNotFoundError, IsADirectoryError, ValueError, OSError):
+                continue
+            why = forgery.native_kind(path, data[:4096])
         if why is not None:
             native.append(f"{path} ({why})")
         elif path.endswith((".py", ".pyi")):

@@ -186,6 +186,14 @@ def test_native_code_in_the_patch_isrefused(task, make_patch, grade, path):
     assert path in report.detail
 
 
+def test_native_code_past_the_read_cap_is_refused_by_its_name(task, make_patch, grade):
+    """A 9 MB extension module: too large to read whole for its header, refused by its name."""
+    big = ELF + b"\0" * (9 * 2**20)
+    report = grade(task, make_patch({"tinystats/descriptive.abi3.so": ("bytes", big)}))
+    refused(report, "native_code")
+    assert "tinystats/descriptive.abi3.so" in report.detail
+
+
 def test_native_code_under_a_harmless_name_is_refused_by_its_header(task, make_patch, grade):
     report = grade(task, make_patch({"tinystats/table.dat": ("bytes", ELF)}))
     refused(report, "native_code")
