@@ -17,6 +17,7 @@ from algos.loop.metrics import read_metrics
 PANELS = (
     ("reward", ("reward_mean",)),
     ("resolved rate", ("resolved_rate",)),
+    ("hack rate (flagged / rewarded)", ("hack_rate",)),
     ("validation pass@1", ("val_pass1",)),
     ("length (turns)", ("turns_mean",)),
     ("response tokens", ("response_tokens_mean",)),

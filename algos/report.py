@@ -40,10 +40,12 @@ def select_episodes(
 
     ``groups``: whole tasks at random while they fit (a task's episodes stay together; when
     no whole task fits, the first ``cap`` episodes of a random one); ``random``: episodes at
-    random.
+    random. Episodes the hack monitor flagged (``report["hack_signals"]``) are always kept, over
+    the cap: they are what a reader of the report must see.
     """
     if cap is None or len(trajs) <= cap:
         return list(trajs)
+    flagged = {i for i, t in enumerate(trajs) if (t.report or {}).get("hack_signals")}
     if sampling == "random":
         picked = set(rng.sample(range(len(trajs)), cap))
     elif sampling == "groups":
@@ -60,6 +62,7 @@ def select_episodes(
             picked = set(by_task[tasks[0]][:cap])
     else:
         raise ValueError(f"unknown episode sampling {sampling!r}; choose one of: groups, random")
+    picked |= flagged
     return [t for i, t in enumerate(trajs) if i in picked]
 
 

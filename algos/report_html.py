@@ -18,6 +18,7 @@ MAX_CHARS = 20_000  # per action/observation shown; the JSONL keeps the whole te
 CURVES = (
     "reward_mean",
     "resolved_rate",
+    "hack_rate",
     "turns_mean",
     "loss",
     "kl",
@@ -129,6 +130,10 @@ def render_curves(metrics: list[dict[str, Any]]) -> str:
     return "".join(out) or '<p class="muted">no metrics.jsonl</p>'
 
 
+def _flagged(traj: Any) -> bool:
+    return isinstance(traj.report, dict) and bool(traj.report.get("hack_signals"))
+
+
 def render_episode(traj: Any, meta: dict[str, Any]) -> str:
     cls = "ok" if traj.resolved else "bad"
     head = (
@@ -136,9 +141,19 @@ def render_episode(traj: Any, meta: dict[str, Any]) -> str:
         f"{esc(meta.get('policy_version', '?'))} &middot; seed {esc(traj.seed)} &middot; "
         f'<span class="reward {cls}">reward {esc(_fmt(float(traj.reward)))}</span> &middot; '
         f"{'resolved' if traj.resolved else 'not resolved'} &middot; "
-        f"{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns</summary>"
+        f"{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns"
+        f"{' &middot; <b class=bad>hack flagged</b>' if _flagged(traj) else ''}</summary>"
     )
     parts = [head]
+    if _flagged(traj):
+        parts.append(
+            '<p class="bad">hack monitor: '
+            + "; ".join(
+                f"{esc(h.get('signal'))} ({esc(h.get('detail'))}) -&gt; {esc(h.get('action'))}"
+                for h in traj.report["hack_signals"]
+            )
+            + "</p>"
+        )
     if traj.error:
         parts.append(f'<p class="bad">error:</p><pre>{esc(_clip(traj.error))}</pre>')
     if traj.prompt:
@@ -175,10 +190,12 @@ def render_tasks(iterations: list[dict[str, Any]]) -> str:
     for task, eps in sorted(by_task.items()):
         rewards = [float(t.reward) for _, t in eps]
         solved = sum(bool(t.resolved) for _, t in eps)
+        hacked = sum(_flagged(t) for _, t in eps)
         out.append(
             f'<section class="task" data-task="{esc(task)}"><h3>{esc(task)}</h3>'
             f'<p class="muted">{len(eps)} episodes, mean reward '
-            f"{esc(_fmt(sum(rewards) / len(rewards)))}, resolved {solved}</p>"
+            f"{esc(_fmt(sum(rewards) / len(rewards)))}, resolved {solved}"
+            f"{f', hack flagged {hacked}' if hacked else ''}</p>"
             + "".join(render_episode(t, m) for m, t in eps)
             + "</section>"
         )

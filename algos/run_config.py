@@ -101,6 +101,21 @@ class RunConfig:
     max_sandbox_starts_per_node: int = 8
     """Sandbox starts at once per Ray node (rollout_backend=ray), so a burst of resets cannot
     overload one Docker daemon."""
+    hack_action: str = "mask"
+    """The reward-hack monitor's policy for a rewarded episode with a hack signal
+    (algos/rollout/hack_monitor.py): 'mask' (no gradient), 'penalise' (reward hack_penalty;
+    RFT drops it as mask does) or 'log' (counted only)."""
+    hack_policy: dict = field(default_factory=dict)
+    """Per-signal overrides of hack_action, e.g. {"issue_literal": "log"} (signals:
+    swe_gym.audit.signals.SIGNALS)."""
+    hack_penalty: float = -1.0
+    """The reward of a penalised episode."""
+    hackable_weight: float = 1.0
+    """How often tasks the audit flags (python -m swe_gym.audit) are drawn, relative to the
+    others: 1 keeps them as they are, 0 excludes them, between samples them less."""
+    audit_file: str | None = None
+    """The audit that hackable_weight reads (default: the one beside the env's rows, or the
+    bundled suite's own)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -138,6 +153,11 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
         if self.cp < 1:
             raise ConfigError(f"cp must be >= 1; got {self.cp}")
+        from algos.rollout.hack_monitor import check_policy
+
+        check_policy(self.hack_policy, self.hack_action)
+        if not 0 <= self.hackable_weight <= 1:
+            raise ConfigError(f"hackable_weight must be in [0, 1]; got {self.hackable_weight}")
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world % self.cp:
             raise ConfigError(

@@ -31,6 +31,10 @@ A working copy whose diff passes the sandbox's bounds (``max_patch_bytes``, ``ma
 ``suspect_policy``: what a patch earns that ``swe_gym.grading.forgery`` flags (``report["suspect"]``):
 ``"zero"`` (default) pays nothing, ``"grade"`` pays the tests' verdict.
 
+``task_filter``: which tasks the env serves, by the hackability audit (``swe_gym.audit``):
+``"unhackable"``, ``"hackable"`` or a callable ``Task -> bool``; ``audit`` names the audit file
+(default: the one beside the rows, or the bundled suite's own).
+
 Stepping after the end, or before ``reset``, raises ``ResetNeeded``.
 
 ``sandbox_options`` go to the agent's sandbox (``swe_gym.sandbox.make_sandbox``);
@@ -47,6 +51,7 @@ from gymnasium.error import ResetNeeded
 
 from envs.selection import select_task
 from envs.spaces import UnicodeText
+from swe_gym.audit.select import TaskFilter, filter_tasks
 from swe_gym.errors import DiffError, SandboxError, unknown_choice
 from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
 from swe_gym.sandbox import BACKENDS, DEFAULT_COMMAND_TIMEOUT, Sandbox, make_sandbox
@@ -102,6 +107,8 @@ class SWEEnv(gym.Env[str, str]):
         grading_sandbox_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
         suspect_policy: str = "zero",
+        task_filter: TaskFilter | None = None,
+        audit: str | None = None,
     ):
         if backend not in BACKENDS:
             raise unknown_choice("backend", backend, BACKENDS)
@@ -118,6 +125,11 @@ class SWEEnv(gym.Env[str, str]):
         self.tasks: list[Task] = load_tasks(tasks, split=split, instance_ids=instance_ids)
         if not self.tasks:
             raise ValueError(f"the task source {tasks!r} holds no tasks")
+        if task_filter is not None:
+            n = len(self.tasks)
+            self.tasks = filter_tasks(self.tasks, task_filter, tasks, audit)
+            if not self.tasks:
+                raise ValueError(f"task_filter={task_filter!r} keeps none of the {n} tasks")
         self._by_id = {t.instance_id: t for t in self.tasks}
         self.backend = backend
         self.max_turns = max_turns

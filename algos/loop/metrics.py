@@ -127,6 +127,7 @@ RESULT_COLUMNS = (
     ("resolved", "resolved_rate", ".2f"),
     ("turns", "turns_mean", ".1f"),
     ("filtered", "filtered_frac", ".2f"),
+    ("hack", "hack_rate", ".2f"),  # flagged share of the rewarded episodes (hack_monitor.py)
     ("kept", "kept", ".0f"),
     ("seqs", "segments", ".0f"),  # sequences trained: more than kept when histories were rewritten
     ("prefix_fail", "prefix_failures", ".0f"),
@@ -281,6 +282,7 @@ def iteration_row(
     rewards_t = torch.tensor(list(rewards)) if rewards else torch.zeros(0)
     row: dict[str, Any] = {"iteration": iteration, "refill_rounds": rounds}
     row.update(counters.row())
+    row["hack_rate"] = counters.hack_rate
     row.update(
         {
             "reward_mean": float(rewards_t.mean()) if rewards else float("nan"),

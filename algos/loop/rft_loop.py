@@ -25,7 +25,8 @@ from algos.loop.run_state import (
 )
 from algos.loop.trainer_state import LearnerFactory, default_learner_factory
 from algos.report import save_iteration_episodes
-from algos.rollout.collect import RolloutSpec, env_task_ids, run_rollouts
+from algos.rollout.collect import RolloutSpec, env_tasks, run_rollouts
+from algos.rollout.hack_monitor import HackMonitor
 from algos.rollout.scoring import (
     Counters,
     check_episode_errors,
@@ -53,7 +54,7 @@ def collect(
     else:
         assert policy is not None
         spec = RolloutSpec.from_config(cfg)
-        pool = cfg.tasks or env_task_ids(cfg.env, spec.env_kwargs)
+        pool = cfg.tasks or [t.instance_id for t in env_tasks(cfg.env, spec.env_kwargs)]
         policy.model.eval()
         trajs = run_rollouts(spec, policy.engine, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
@@ -66,6 +67,20 @@ def collect(
                 run_dir, 1, trajs, 0, cfg.save_episodes, cfg.save_episodes_sampling, cfg.seed
             )
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
+    try:
+        tasks = env_tasks(cfg.env, RolloutSpec.from_config(cfg).env_kwargs)
+    except Exception as e:  # noqa: BLE001 - read trajectories of an env not built here
+        print(f"rft: hack monitor without task texts ({type(e).__name__}: {e})", file=sys.stderr)
+        tasks = []
+    monitor = HackMonitor.build(cfg.hack_policy, cfg.hack_action, cfg.hack_penalty, tasks)
+    hacks = Counters()
+    kept = monitor.keep_for_sft(kept, hacks)
+    if hacks.hack_flagged:
+        print(
+            f"rft: hack monitor flagged {hacks.hack_flagged} of {hacks.rewarded} resolved "
+            f"trajectories ({hacks.hack_masked} left out); their signals are in rft_data's reports",
+            file=sys.stderr,
+        )
     return kept, len(trajs)
 
 

@@ -16,6 +16,7 @@ it); ``Trainer.run`` rewinds an iteration cut short by Ctrl-C to its boundary be
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import sys
 import time
@@ -48,9 +49,12 @@ from algos.rollout.collect import (
     RolloutSpec,
     TaskPool,
     check_prompt_fits,
-    env_task_ids,
+    env_task_source,
+    env_tasks,
     filter_pool_by_solve_rate,
+    weigh_hackable,
 )
+from algos.rollout.hack_monitor import HackMonitor
 from algos.rollout.scoring import Counters, ScoringSpec, load_reward_fn
 
 log = logging.getLogger(__name__)
@@ -105,10 +109,15 @@ class TrainerState:
         seed_everything(cfg.seed)
         self.reward_fn = reward_fn if reward_fn is not None else load_reward_fn(cfg.reward_fn)
         self.rollout_spec = RolloutSpec.from_config(cfg)
-        pool = cfg.tasks or env_task_ids(cfg.env, self.rollout_spec.env_kwargs)
+        env_kwargs = self.rollout_spec.env_kwargs
+        tasks = env_tasks(cfg.env, env_kwargs)
+        pool = cfg.tasks or [t.instance_id for t in tasks]
         if cfg.solve_rates:
             pool = filter_pool_by_solve_rate(pool, cfg.solve_rates)
-        self.task_pool = TaskPool(pool, cfg.seed)
+        pool, weights = weigh_hackable(
+            pool, cfg.hackable_weight, env_task_source(cfg.env, env_kwargs), cfg.audit_file
+        )
+        self.task_pool = TaskPool(pool, cfg.seed, weights)
         self.policy = (
             policy if policy is not None else build_rank_policy(cfg, self.run_dir, self.dist)
         )
@@ -133,7 +142,12 @@ class TrainerState:
         # a step needs a full batch after filtering; without a filter any survivor will do
         self.needed = cfg.batch_size if cfg.filter != "none" else 1
         self.plan = CollectPlan.from_config(cfg, self.needed)
-        self.scoring = ScoringSpec.from_config(cfg)
+        self.scoring = dataclasses.replace(
+            ScoringSpec.from_config(cfg),
+            hack_monitor=HackMonitor.build(
+                cfg.hack_policy, cfg.hack_action, cfg.hack_penalty, tasks
+            ),
+        )
         self.iteration = 0
         self.solve_counts: dict[str, list[int]] = {}
         self.totals = Counters()

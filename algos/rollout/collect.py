@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------
 
 
-def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
-    """Every task id of an env (its ``tasks`` attribute), without starting an episode."""
+def env_tasks(env_id: str, env_kwargs: dict[str, Any]) -> list[Any]:
+    """Every task of an env (its ``tasks`` attribute: ``Task`` objects for the SWE envs),
+    without starting an episode."""
     import gymnasium
 
     import swe_gym  # noqa: F401 - registers the ids
@@ -43,9 +44,21 @@ def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
     env = gymnasium.make(env_id, **env_kwargs)
     base: Any = env.unwrapped  # a task env (SWEEnv, SWERLEnv): its .tasks
     try:
-        return [t.instance_id for t in base.tasks]
+        return list(base.tasks)
     finally:
         env.close()
+
+
+def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """Every task id of an env (see ``env_tasks``)."""
+    return [t.instance_id for t in env_tasks(env_id, env_kwargs)]
+
+
+def env_task_source(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+    """The task source an env reads (its ``tasks=`` argument or the id's default)."""
+    import gymnasium
+
+    return env_kwargs.get("tasks", (gymnasium.spec(env_id).kwargs or {}).get("tasks"))
 
 
 def env_accepts(env_id: str, name: str) -> bool:
@@ -88,22 +101,62 @@ def filter_pool_by_solve_rate(pool: list[str], path: str | Path, high: float = 2
     return kept
 
 
-class TaskPool:
-    """Shuffled passes over the pool (a fresh permutation per epoch, from ``seed``)."""
+def weigh_hackable(
+    pool: list[str], weight: float, source: Any, audit_file: str | None
+) -> tuple[list[str], dict[str, float]]:
+    """``(pool, weights)`` for ``hackable_weight``: the tasks the audit flags excluded (0) or
+    weighted (between 0 and 1); 1 reads no audit. Every pool task must be in the audit."""
+    if weight >= 1.0:
+        return pool, {}
+    from swe_gym.audit.select import audit_path_for, flagged, load_verdicts
 
-    def __init__(self, pool: Sequence[str], seed: int = 0):
+    path = audit_file or audit_path_for(source)
+    verdicts = load_verdicts(path)
+    missing = [t for t in pool if t not in verdicts]
+    if missing:
+        raise ConfigError(
+            f"{len(missing)} pool task(s) are not in the audit {path} (e.g. {missing[:3]}); "
+            "audit them (python -m swe_gym.audit) or set hackable_weight: 1"
+        )
+    hack = [t for t in pool if flagged(verdicts[t])]
+    log.info(
+        "audit %s flags %d of %d pool tasks (hackable_weight %s)",
+        path,
+        len(hack),
+        len(pool),
+        weight,
+    )
+    if weight == 0:
+        kept = [t for t in pool if t not in hack]
+        if not kept:
+            raise ConfigError(
+                f"hackable_weight 0 leaves no task: the audit {path} flags all {len(pool)}"
+            )
+        return kept, {}
+    return pool, dict.fromkeys(hack, weight)
+
+
+class TaskPool:
+    """Shuffled passes over the pool (a fresh permutation per epoch, from ``seed``). A task with
+    a weight ``w`` in ``weights`` is in each pass with probability ``w``, so it is drawn ``w``
+    times as often as the others."""
+
+    def __init__(self, pool: Sequence[str], seed: int = 0, weights: dict[str, float] | None = None):
         if not pool:
             raise ConfigError("the task pool is empty; check tasks= and the env's task source")
         self.pool = list(pool)
         self.seed = seed
+        # task -> chance (0..1] of being in an epoch's pass (hackable_weight); others always are
+        self.weights = dict(weights or {})
         self.epoch = 0
         self.position = 0
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[str]:
-        order = list(self.pool)
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order
+        rng = random.Random(self.seed * 1_000_003 + epoch)
+        order = [t for t in self.pool if t not in self.weights or rng.random() < self.weights[t]]
+        rng.shuffle(order)
+        return order or list(self.pool)
 
     def sample(self, n: int) -> list[str]:
         out = []

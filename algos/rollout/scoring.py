@@ -19,6 +19,7 @@ from algos.learner.samples import Sample
 
 if TYPE_CHECKING:
     from algos.rl_common import PolicyGradientConfig
+    from algos.rollout.hack_monitor import HackMonitor
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class ScoringSpec:
     max_context_tokens: int = 0
     mask_failed_groups: bool = False
     max_error_share: float = 0.5
+    hack_monitor: HackMonitor | None = None  # built by the trainer, which holds the tasks
 
     @classmethod
     def from_config(cls, cfg: PolicyGradientConfig) -> ScoringSpec:
@@ -86,6 +88,11 @@ class Counters:
     failure_masked: int = 0
     segments: int = 0  # sequences trained (an episode whose history was rewritten has several)
     prefix_failures: int = 0  # gateway turns whose request did not extend the session's history
+    rewarded: int = 0  # scored with reward > 0 (before the hack monitor)
+    hack_attempts: int = 0  # episodes with a hack signal, rewarded or not
+    hack_flagged: int = 0  # rewarded episodes with a hack signal
+    hack_masked: int = 0
+    hack_penalised: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: Counters) -> None:
@@ -108,8 +115,18 @@ class Counters:
                 "failure_masked",
                 "segments",
                 "prefix_failures",
+                "rewarded",
+                "hack_attempts",
+                "hack_flagged",
+                "hack_masked",
+                "hack_penalised",
             )
         }
+
+    @property
+    def hack_rate(self) -> float:
+        """Flagged share of the rewarded episodes (0 when none was rewarded)."""
+        return self.hack_flagged / self.rewarded if self.rewarded else 0.0
 
 
 def load_reward_fn(spec: str | None) -> Callable[[Trajectory], float] | None:
@@ -297,6 +314,8 @@ def score_groups(
         max_context_tokens=spec.max_context_tokens,
     )
     check_episode_errors(counters, spec.max_error_share, where)
+    if spec.hack_monitor is not None:
+        scored = spec.hack_monitor.apply(scored, counters)
     if spec.mask_failed_groups:
         scored = mask_failed_groups(trajs, groups, scored, counters)
     assign_advantages(scored, spec.advantage_estimator, spec.normalize_std)
