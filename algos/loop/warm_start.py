@@ -171,8 +171,9 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
 
 
 def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
-    """``spec``'s tasks (``repos``, ``tier``, ``max_candidates``, ``max_tasks``) written to
-    ``out``, their repositories under ``repos_dir``; the rows."""
+    """``spec``'s tasks (``repos``, ``tier``, ``max_candidates``, ``max_tasks``, ``audit``:
+    reject candidates the hackability audit's exploits pass, default on) written to ``out``,
+    their repositories under ``repos_dir``; the rows."""
     from swe_gym.starter import repo_path
     from swe_gym.synth import SynthConfig, synthesize
 
@@ -189,6 +190,7 @@ def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
                 max_candidates=spec["max_candidates"],
                 seed=seed,
                 progress=False,
+                audit=bool(spec.get("audit", True)),
             ),
             log=lambda _: None,
         )

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from swe_gym.audit.exploits import EXPLOITS
 from swe_gym.audit.run import (
     AUDIT_VERSION,
     DEFAULT_MAX_MUTANTS,
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="patches graded at once per task")
     p.add_argument("--timeout", type=float, default=DEFAULT_TEST_TIMEOUT, help="per test run (s)")
     p.add_argument("--seed", type=int, default=0, help="which mutants, when there are more")
+    p.add_argument("--exploits", nargs="*", choices=EXPLOITS, help="run only these exploits")
     p.add_argument("--no-cache", action="store_true", help="grade again what the cache holds")
     a = p.parse_args(argv)
     if not 0.0 <= a.min_mutation_score <= 1.0:
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout=a.timeout,
             min_mutation_score=a.min_mutation_score,
             use_cache=not a.no_cache,
+            only=a.exploits,
         )
         results.append(r)
         verdict = (

@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swe_gym.audit.exploits import build_exploits
+from swe_gym.audit.exploits import EXPLOITS, build_exploits
 from swe_gym.audit.mutants import build_mutants
 from swe_gym.audit.targets import read_sources
+from swe_gym.swerl.apply import make_patch
 from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
 from swe_gym.paths import cache_root
 from swe_gym.tasks import Task
@@ -121,9 +122,12 @@ def judge(r: AuditResult, min_mutation_score: float = DEFAULT_MIN_MUTATION_SCORE
     return r
 
 
-def cache_key(task: Task, backend: str, max_mutants: int, seed: int) -> str:
+def cache_key(
+    task: Task, backend: str, max_mutants: int, seed: int, only: list[str] | None = None
+) -> str:
     body = {
         "version": AUDIT_VERSION,
+        "only": sorted(only) if only is not None else None,
         "backend": backend,
         "max_mutants": max_mutants,
         "seed": seed,
@@ -160,10 +164,11 @@ def audit_task(
     timeout: float = DEFAULT_TEST_TIMEOUT,
     min_mutation_score: float = DEFAULT_MIN_MUTATION_SCORE,
     use_cache: bool = True,
+    only: list[str] | None = None,
 ) -> AuditResult:
     """Audit ``task`` (raw outcomes from the cache when present); never raises for a task that
-    cannot be audited: the result's ``error`` says why."""
-    key = cache_key(task, backend, max_mutants, seed)
+    cannot be audited: the result's ``error`` says why. ``only``: run just these exploits."""
+    key = cache_key(task, backend, max_mutants, seed, only)
     cached = cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         return judge(AuditResult.from_dict(json.loads(cached.read_text())), min_mutation_score)
@@ -176,8 +181,16 @@ def audit_task(
         return judge(r, min_mutation_score)
     r.targets = [f"{t.path}::{t.qualname}" for t in sources.targets]
     exploits, r.not_applicable = build_exploits(sources, task.problem_statement)
+    if only is not None:
+        unknown = sorted(set(only) - {e.name for e in exploits} - set(r.not_applicable))
+        if unknown:
+            raise ValueError(f"unknown exploit(s) {unknown}; known: {EXPLOITS}")
+        exploits = [e for e in exploits if e.name in only]
     mutants = build_mutants(sources, max_mutants, seed)
-    jobs: list[tuple[str, str]] = [("gold", task.patch), ("empty", "")]
+    # The gold patch as the audit's own diff of the same change: a row's patch may have no
+    # context lines (the quoting tiers'), which git apply refuses without --unidiff-zero.
+    gold = make_patch(sources.base, sources.fixed)
+    jobs: list[tuple[str, str]] = [("gold", gold), ("empty", "")]
     jobs += [(f"exploit:{e.name}", e.patch) for e in exploits]
     jobs += [(f"mutant:{m.name}", m.patch) for m in mutants]
 

@@ -12,6 +12,7 @@ loads the grader's pytest plugin, with plugin auto-loading off.
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -140,6 +141,15 @@ def _read_log(sandbox: Sandbox, limit: int = LOG_LIMIT) -> str:
         return ""
 
 
+_PYTHONPATH_SET = re.compile(r"(?<![\w$])PYTHONPATH=((?:\"[^\"]*\"|'[^']*'|[^\s;&|)])*)")
+
+
+def keep_channel_path(cmd: str) -> str:
+    """A row's test command that sets ``PYTHONPATH`` (``PYTHONPATH=. pytest``) with the value
+    the grader exported appended, so the grader's plugin still imports."""
+    return _PYTHONPATH_SET.sub(lambda m: f'PYTHONPATH={m.group(1)}:"$PYTHONPATH"', cmd)
+
+
 def run_tests(
     sandbox: Sandbox,
     task: Task,
@@ -153,9 +163,10 @@ def run_tests(
     ``channel``, the grader's plugin records each test's outcome beside the log."""
     wd = shlex.quote(sandbox.workdir)
     exports = channel.exports if channel is not None else ""
+    test_cmd = test_command(task) if channel is None else keep_channel_path(test_command(task))
     cmd = (
         f"cd {wd} && mkdir -p {WORK_DIR} && {{ {env_prefix(task)}{exports}"
-        f"echo '{START_TEST_OUTPUT}'; {test_command(task)}; __swe_rc=$?; "
+        f"echo '{START_TEST_OUTPUT}'; {test_cmd}; __swe_rc=$?; "
         f"echo '{END_TEST_OUTPUT}'; echo '{TEST_EXIT_CODE}: '$__swe_rc; }} > {_LOG} 2>&1 < /dev/null; "
         f"cd {wd} && tail -n 1 {_LOG}; {_cut_log(log_limit)}"
     )

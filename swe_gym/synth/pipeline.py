@@ -62,6 +62,8 @@ class SynthConfig:
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     rewrite: Rewrite | None = None
     progress: bool = True
+    audit: bool = True  # reject candidates whose tests pay an exploit (swe_gym.audit): "hackable"
+    audit_mutants: int = 0  # mutants of the fixed code per candidate (0: exploits only)
 
     def __post_init__(self) -> None:
         self.source, self.out, self.repos_dir = (
@@ -134,12 +136,14 @@ def candidates(texts: dict[str, str], cfg: SynthConfig) -> tuple[list[Mutation],
     return order, dups
 
 
-def _load_state(path: Path, head: str, tier: str = "all") -> dict[str, dict]:
+def _load_state(path: Path, head: str, tier: str = "all", audit: bool = False) -> dict[str, dict]:
     decided: dict[str, dict] = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 rec = json.loads(line)
+                if audit and rec.get("row") and not rec.get("audited"):
+                    continue  # accepted before the audit was asked for: decided again
                 # Another tier's rows have another issue text: they are not reused.
                 if rec.get("source_commit") == head and rec.get("tier", "all") == tier:
                     decided[rec["key"]] = rec
@@ -226,7 +230,7 @@ def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str
     files = [p for p in list_files(cfg.source, head) if is_mutable_file(p, cfg.include)]
     texts = read_tree_files(cfg.source, head, files)
     order, dups = candidates(texts, cfg)
-    decided = _load_state(cfg.state_path, head, cfg.tier)
+    decided = _load_state(cfg.state_path, head, cfg.tier, cfg.audit)
     todo = [m for m in order if m.key(texts[m.path]) not in decided]
     log(
         f"{cfg.source}: {len(texts)} files, {len(order)} candidates ({len(order) - len(todo)} decided before)"
@@ -334,6 +338,11 @@ def _validate_all(
                     if out.reason is None
                     else None
                 )
+                audit_reasons: list[str] = []
+                if row is not None and cfg.audit:
+                    audit_reasons = audit_candidate(row, cfg, options)
+                    if audit_reasons:
+                        out.reason, row = "hackable", None
                 rec = {
                     "key": key,
                     "source_commit": head,
@@ -344,6 +353,8 @@ def _validate_all(
                     "reason": out.reason,
                     "duration": round(out.duration, 3),
                     "row": row,
+                    "audited": cfg.audit,
+                    **({"audit": audit_reasons} if audit_reasons else {}),
                 }
                 state.write(json.dumps(rec) + "\n")
                 state.flush()
@@ -363,6 +374,30 @@ def _validate_all(
     finally:
         for v in validators:
             v.close()
+
+
+# The exploit families a synthetic task's tests must refuse (swe_gym.audit.exploits); the runner
+# and tamper families are the grader's to stop, not the tests', and are left to the full audit.
+SYNTH_EXPLOITS = ["always_equal", "anything", "hardcoded", "short_circuit", "identity", "delete"]
+
+
+def audit_candidate(row: dict, cfg: SynthConfig, options: dict[str, Any]) -> list[str]:
+    """Why an accepted candidate's tests can be gamed (empty: they cannot), from the audit's
+    exploits (and ``audit_mutants`` mutants) graded on the candidate's own row."""
+    from swe_gym.audit.run import audit_task
+    from swe_gym.tasks import normalise_row
+
+    r = audit_task(
+        normalise_row(row),
+        backend=cfg.backend,
+        sandbox_options=options,
+        max_mutants=cfg.audit_mutants,
+        workers=cfg.workers,
+        only=SYNTH_EXPLOITS,
+    )
+    if r.error:
+        return [f"not audited: {r.error}"]
+    return [] if not r.hackable and r.valid else r.reasons
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -388,7 +423,9 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 __all__ = [
+    "SYNTH_EXPLOITS",
     "SynthConfig",
+    "audit_candidate",
     "candidates",
     "default_repos_dir",
     "format_summary",

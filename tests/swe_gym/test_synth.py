@@ -333,6 +333,7 @@ def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
         workers=2,
         progress=False,
         test_cmd="PYTHONPATH=. pytest -rA",
+        audit=False,  # the validation's own drops; the audit's: the test below
     )
     summary = synthesize(cfg, log=lambda _: None)
     # Removing `out = 0` breaks the import-time VALUE (collection); removing `i += 1` makes
@@ -347,3 +348,68 @@ def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
         "tests/test_mod.py::test_total",
         "tests/test_mod.py::test_value",
     ]
+
+
+STRICT_TESTS = """\
+from mod import VALUE, count_to, total
+
+
+def test_total():
+    for items, want in (([1, 2, 3], 6), ([5], 5), ([], 0), ([2, -7], -5)):
+        got = total(items)
+        assert type(got) is int and got == want
+
+
+def test_count_to():
+    for n, want in ((0, 0), (4, 4), (9, 9), (-2, 0)):  # -2: returning n itself is wrong
+        got = count_to(n)
+        assert type(got) is int and got == want
+
+
+def test_value():
+    assert type(VALUE) is int and VALUE == 3
+"""
+
+
+def _repo(root: Path, tests: str) -> Path:
+    src = root / "proj"
+    (src / "tests").mkdir(parents=True)
+    (src / "mod.py").write_text(MODULE)
+    (src / "tests" / "test_mod.py").write_text(tests)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=src, env=env, check=True)
+    return src
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tests, hackable", [(TESTS, True), (STRICT_TESTS, False)])
+def test_the_audit_rejects_candidates_whose_tests_accept_an_exploit(tmp_path, tests, hackable):
+    cfg = SynthConfig(
+        source=_repo(tmp_path, tests),
+        out=tmp_path / "out" / "tasks.jsonl",
+        repos_dir=tmp_path / "repos",
+        operators=["wrong_return"],
+        include=["mod.py"],
+        workers=2,
+        progress=False,
+        test_cmd="PYTHONPATH=. pytest -rA",
+    )
+    summary = synthesize(cfg, log=lambda _: None)
+    states = [json.loads(line) for line in cfg.state_path.read_text().splitlines()]
+    # count_to returns None when mutated, and `count_to(3) == 3` accepts an always-equal object;
+    # total's mutant is caught by test_value, whose VALUE is computed at import, before any
+    # rebinding could reach it
+    if hackable:
+        assert summary["accepted"] == 1 and summary["dropped"].get("hackable") == 1, summary
+        (rejected,) = [s for s in states if s["reason"] == "hackable"]
+        assert rejected["qualname"] == "count_to"
+        assert any("always_equal" in r for r in rejected["audit"]), rejected
+    else:
+        assert summary["accepted"] == 2 and "hackable" not in summary["dropped"], summary
