@@ -28,9 +28,9 @@ from typing import Any
 from swe_gym.audit.exploits import EXPLOITS, build_exploits
 from swe_gym.audit.mutants import build_mutants
 from swe_gym.audit.targets import read_sources
-from swe_gym.swerl.apply import make_patch
 from swe_gym.grading import DEFAULT_TEST_TIMEOUT, GradingReport, grade_patch
 from swe_gym.paths import cache_root
+from swe_gym.swerl.apply import make_patch
 from swe_gym.tasks import Task
 
 AUDIT_VERSION = 1  # bump when the exploits or the grading of them change: old caches are not used
@@ -123,10 +123,16 @@ def judge(r: AuditResult, min_mutation_score: float = DEFAULT_MIN_MUTATION_SCORE
 
 
 def cache_key(
-    task: Task, backend: str, max_mutants: int, seed: int, only: list[str] | None = None
+    task: Task,
+    backend: str,
+    max_mutants: int,
+    seed: int,
+    only: list[str] | None = None,
+    baseline: bool = True,
 ) -> str:
     body = {
         "version": AUDIT_VERSION,
+        **({} if baseline else {"baseline": False}),
         "only": sorted(only) if only is not None else None,
         "backend": backend,
         "max_mutants": max_mutants,
@@ -165,10 +171,13 @@ def audit_task(
     min_mutation_score: float = DEFAULT_MIN_MUTATION_SCORE,
     use_cache: bool = True,
     only: list[str] | None = None,
+    baseline: bool = True,
 ) -> AuditResult:
     """Audit ``task`` (raw outcomes from the cache when present); never raises for a task that
-    cannot be audited: the result's ``error`` says why. ``only``: run just these exploits."""
-    key = cache_key(task, backend, max_mutants, seed, only)
+    cannot be audited: the result's ``error`` says why. ``only``: run just these exploits;
+    ``baseline=False``: the gold and empty patches are not graded again (a caller that has just
+    validated the task, as synthesis has)."""
+    key = cache_key(task, backend, max_mutants, seed, only, baseline)
     cached = cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         return judge(AuditResult.from_dict(json.loads(cached.read_text())), min_mutation_score)
@@ -176,8 +185,8 @@ def audit_task(
     r = AuditResult(task.instance_id, key, backend, gold="", empty="")
     try:
         sources = read_sources(task, (sandbox_options or {}).get("repos_dir"))
-    except Exception as e:  # noqa: BLE001 - a task that cannot be read is reported, not fatal
-        r.error = f"{type(e).__name__}: {e}"[:500]
+    except Exception as err:  # noqa: BLE001 - a task that cannot be read is reported, not fatal
+        r.error = f"{type(err).__name__}: {err}"[:500]
         return judge(r, min_mutation_score)
     r.targets = [f"{t.path}::{t.qualname}" for t in sources.targets]
     exploits, r.not_applicable = build_exploits(sources, task.problem_statement)
@@ -190,7 +199,7 @@ def audit_task(
     # The gold patch as the audit's own diff of the same change: a row's patch may have no
     # context lines (the quoting tiers'), which git apply refuses without --unidiff-zero.
     gold = make_patch(sources.base, sources.fixed)
-    jobs: list[tuple[str, str]] = [("gold", gold), ("empty", "")]
+    jobs: list[tuple[str, str]] = [("gold", gold), ("empty", "")] if baseline else []
     jobs += [(f"exploit:{e.name}", e.patch) for e in exploits]
     jobs += [(f"mutant:{m.name}", m.patch) for m in mutants]
 
@@ -200,13 +209,17 @@ def audit_task(
         )
         return outcome(rep)
 
-    with ThreadPoolExecutor(max(1, workers)) as ex:
-        results = dict(zip([j[0] for j in jobs], ex.map(grade, jobs), strict=True))
-    r.gold = "paid" if results["gold"][0] == "paid" else results["gold"][1] or results["gold"][0]
-    r.empty = "paid" if results["empty"][0] == "paid" else results["empty"][1] or "failed"
-    for e in exploits:
-        out, reason = results[f"exploit:{e.name}"]
-        r.exploits[e.name] = {"family": e.family, "outcome": out, "reason": reason}
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        results = dict(zip([j[0] for j in jobs], pool.map(grade, jobs), strict=True))
+    if baseline:
+        gold_out, empty_out = results["gold"], results["empty"]
+        r.gold = "paid" if gold_out[0] == "paid" else gold_out[1] or gold_out[0]
+        r.empty = "paid" if empty_out[0] == "paid" else empty_out[1] or "failed"
+    else:
+        r.gold, r.empty = "paid", "not graded"
+    for ex_ in exploits:
+        out, reason = results[f"exploit:{ex_.name}"]
+        r.exploits[ex_.name] = {"family": ex_.family, "outcome": out, "reason": reason}
     for m in mutants:
         out, reason = results[f"mutant:{m.name}"]
         # A mutant the grader could not judge is no evidence either way; any other unpaid

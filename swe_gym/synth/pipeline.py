@@ -394,6 +394,7 @@ def audit_candidate(row: dict, cfg: SynthConfig, options: dict[str, Any]) -> lis
         max_mutants=cfg.audit_mutants,
         workers=cfg.workers,
         only=SYNTH_EXPLOITS,
+        baseline=False,  # just validated: the gold flips F2P, the base fails it
     )
     if r.error:
         return [f"not audited: {r.error}"]
