@@ -19,9 +19,7 @@ def rows_and_audit(tmp_path):
     tasks = starter_tasks()[:4]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
-    verdicts = {
-        t.instance_id: {"valid": True, "hackable": i % 2 == 0} for i, t in enumerate(tasks)
-    }
+    verdicts = {t.instance_id: {"valid": True, "hackable": i % 2 == 0} for i, t in enumerate(tasks)}
     (tmp_path / "rows.audit.json").write_text(json.dumps({"tasks": verdicts}))
     return rows, [t.instance_id for t in tasks]
 

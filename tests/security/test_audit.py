@@ -27,7 +27,9 @@ QUOTING_ISSUE = (
     "median() is wrong for unsorted input\n\n```python\n>>> median([3, 1, 2])\n1\n```\n"
     "It should be 2.\n"
 )
-PLAIN_ISSUE = "median() returns the middle element of the list as given, not of the sorted values.\n"
+PLAIN_ISSUE = (
+    "median() returns the middle element of the list as given, not of the sorted values.\n"
+)
 # Weak in the comparison and hard-coding ways: `==` on the one quoted input.
 WEAK_EQ = "def test_median_hidden():\n    assert median([3, 1, 2]) == 2\n"
 # Weak in the stub way: it only says what the answer is not (and the task keeps no other test
@@ -117,5 +119,7 @@ def test_strong_test_pays_no_exploit_and_kills_the_mutants(audit):
 
 def test_weak_test_lets_mutants_survive():
     # mutants are graded as every patch is; the strong case runs them on both backends
-    r = audit_task(_task(WEAK_STUB, PLAIN_ISSUE, keep_p2p=False), only=[], max_mutants=8, use_cache=False)
+    r = audit_task(
+        _task(WEAK_STUB, PLAIN_ISSUE, keep_p2p=False), only=[], max_mutants=8, use_cache=False
+    )
     assert r.mutation_score is not None and r.mutation_score < 1.0, r.mutants
