@@ -85,6 +85,7 @@ def weak_rows(repos_dir: Path, out: Path, seed: int) -> list[dict]:
                 seed=seed,
                 progress=False,
                 audit=False,
+                hidden_tests=False,  # weak on purpose: the repository's own tests only
             ),
             log=lambda _: None,
         )

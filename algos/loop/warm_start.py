@@ -172,7 +172,8 @@ def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
 
 def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
     """``spec``'s tasks (``repos``, ``tier``, ``max_candidates``, ``max_tasks``, ``audit``:
-    reject candidates the hackability audit's exploits pass, default on) written to ``out``,
+    reject candidates the hackability audit's exploits pass, ``hidden_tests``: write a strict
+    hidden test per task; both default on) written to ``out``,
     their repositories under ``repos_dir``; the rows."""
     from swe_gym.starter import repo_path
     from swe_gym.synth import SynthConfig, synthesize
@@ -191,6 +192,7 @@ def _synthesise(spec: dict, out: Path, repos_dir: Path, seed: int) -> list[str]:
                 seed=seed,
                 progress=False,
                 audit=bool(spec.get("audit", True)),
+                hidden_tests=bool(spec.get("hidden_tests", True)),
             ),
             log=lambda _: None,
         )

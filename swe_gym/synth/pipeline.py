@@ -23,7 +23,9 @@ from typing import Any
 
 from swe_gym.paths import cache_root
 from swe_gym.repos import REPOS_ENV, SYNTH_REPOS, repo_dir_name
+from swe_gym.swerl.apply import make_patch
 from swe_gym.synth.derived import DerivedRepo, list_files, read_tree_files
+from swe_gym.synth.hidden import fails_on_mutant, hidden_path, hidden_test, record
 from swe_gym.synth.issue import Rewrite, issue_text
 from swe_gym.synth.operators import Mutation, mutations_of
 from swe_gym.synth.tiers import (
@@ -64,6 +66,8 @@ class SynthConfig:
     progress: bool = True
     audit: bool = True  # reject candidates whose tests pay an exploit (swe_gym.audit): "hackable"
     audit_mutants: int = 0  # mutants of the fixed code per candidate (0: exploits only)
+    hidden_tests: bool = True  # a strict hidden test from recorded calls (hidden.py)
+    hidden_cases: int = 12  # calls it replays at most
 
     def __post_init__(self) -> None:
         self.source, self.out, self.repos_dir = (
@@ -136,7 +140,9 @@ def candidates(texts: dict[str, str], cfg: SynthConfig) -> tuple[list[Mutation],
     return order, dups
 
 
-def _load_state(path: Path, head: str, tier: str = "all", audit: bool = False) -> dict[str, dict]:
+def _load_state(
+    path: Path, head: str, tier: str = "all", audit: bool = False, hidden: bool = False
+) -> dict[str, dict]:
     decided: dict[str, dict] = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -144,6 +150,8 @@ def _load_state(path: Path, head: str, tier: str = "all", audit: bool = False) -
                 rec = json.loads(line)
                 if audit and rec.get("row") and not rec.get("audited"):
                     continue  # accepted before the audit was asked for: decided again
+                if hidden and rec.get("row") and "hidden_test" not in rec["row"]["meta"]:
+                    continue  # accepted before hidden tests were written: decided again
                 # Another tier's rows have another issue text: they are not reused.
                 if rec.get("source_commit") == head and rec.get("tier", "all") == tier:
                     decided[rec["key"]] = rec
@@ -156,19 +164,14 @@ def _changed_lines(patch: str) -> int:
     )
 
 
-def make_row(
-    cfg: SynthConfig, derived: DerivedRepo, head: str, m: Mutation, text: str, out: Outcome
-) -> dict:
-    """Commit the bug and build its task row (gold patch = the diff from buggy back to clean)."""
-    key = m.key(text)
+def problem_of(cfg: SynthConfig, m: Mutation, text: str, out: Outcome) -> str:
+    """The issue text of an accepted candidate (the tier's quoted line, else the failures)."""
     mutant = m.apply(text)
-    buggy = derived.commit_bug(head, m.path, mutant, key)
-    patch = derived.patch(buggy, head, patch_context(cfg.tier))
     first, last = m.lineno, text.count("\n", 0, m.end) + 1
     new_last = m.lineno + m.replacement.count("\n")
     edit_lines = text.splitlines()[first - 1 : last] + mutant.splitlines()[first - 1 : new_last]
     assert cfg.repo_name is not None
-    problem = quoted_issue(cfg.tier, m, text, len(out.fail_to_pass)) or issue_text(
+    return quoted_issue(cfg.tier, m, text, len(out.fail_to_pass)) or issue_text(
         cfg.repo_name,
         out.log,
         out.fail_to_pass,
@@ -177,6 +180,33 @@ def make_row(
         rewrite=cfg.rewrite,
         location=location_hint(cfg.tier, m.path, m.qualname),
     )
+
+
+def make_row(
+    cfg: SynthConfig,
+    derived: DerivedRepo,
+    head: str,
+    m: Mutation,
+    text: str,
+    out: Outcome,
+    hidden: tuple[str, str] | None = None,
+    problem: str | None = None,
+) -> dict:
+    """Commit the bug and build its task row (gold patch = the diff from buggy back to clean;
+    ``hidden``: the hidden test's path and text, shipped as the test patch and added to
+    ``FAIL_TO_PASS``)."""
+    key = m.key(text)
+    mutant = m.apply(text)
+    buggy = derived.commit_bug(head, m.path, mutant, key)
+    patch = derived.patch(buggy, head, patch_context(cfg.tier))
+    assert cfg.repo_name is not None
+    if problem is None:
+        problem = problem_of(cfg, m, text, out)
+    f2p, test_patch = list(out.fail_to_pass), ""
+    if hidden is not None:
+        test_path, test_text = hidden
+        test_patch = make_patch({}, {test_path: test_text})
+        f2p.append(f"{test_path}::test_hidden_{m.qualname}")
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
         "repo": cfg.repo_name,
@@ -184,8 +214,8 @@ def make_row(
         "problem_statement": problem,
         "hints_text": "",
         "patch": patch,
-        "test_patch": "",
-        "FAIL_TO_PASS": out.fail_to_pass,
+        "test_patch": test_patch,
+        "FAIL_TO_PASS": f2p,
         "PASS_TO_PASS": out.pass_to_pass,
         "version": "synth",
         "repos_dir": str(cfg.repos_dir),  # gym.make finds the derived repository with no option
@@ -203,7 +233,8 @@ def make_row(
             "lineno": m.lineno,
             "num_modified_files": 1,
             "lines_changed": _changed_lines(patch),
-            "f2p_count": len(out.fail_to_pass),
+            "f2p_count": len(f2p),
+            "hidden_test": hidden is not None,
             "p2p_count": len(out.pass_to_pass),
             "source_commit": head,
             "mutation_id": key,
@@ -230,7 +261,7 @@ def synthesize(cfg: SynthConfig, log: Callable[[str], None] = print) -> dict[str
     files = [p for p in list_files(cfg.source, head) if is_mutable_file(p, cfg.include)]
     texts = read_tree_files(cfg.source, head, files)
     order, dups = candidates(texts, cfg)
-    decided = _load_state(cfg.state_path, head, cfg.tier, cfg.audit)
+    decided = _load_state(cfg.state_path, head, cfg.tier, cfg.audit, cfg.hidden_tests)
     todo = [m for m in order if m.key(texts[m.path]) not in decided]
     log(
         f"{cfg.source}: {len(texts)} files, {len(order)} candidates ({len(order) - len(todo)} decided before)"
@@ -333,11 +364,13 @@ def _validate_all(
                 m = futures[fut]
                 out = fut.result()
                 key = m.key(texts[m.path])
-                row = (
-                    make_row(cfg, derived, head, m, texts[m.path], out)
-                    if out.reason is None
-                    else None
-                )
+                row = None
+                if out.reason is None:
+                    problem = problem_of(cfg, m, texts[m.path], out)
+                    hidden = None
+                    if cfg.hidden_tests:
+                        hidden = _hidden(cfg, m, texts[m.path], out, problem, pool_q, timeout)
+                    row = make_row(cfg, derived, head, m, texts[m.path], out, hidden, problem)
                 audit_reasons: list[str] = []
                 if row is not None and cfg.audit:
                     audit_reasons = audit_candidate(row, cfg, options)
@@ -374,6 +407,31 @@ def _validate_all(
     finally:
         for v in validators:
             v.close()
+
+
+def _hidden(
+    cfg: SynthConfig,
+    m: Mutation,
+    text: str,
+    out: Outcome,
+    problem: str,
+    pool_q: queue.Queue[Validator],
+    timeout: float,
+) -> tuple[str, str] | None:
+    """The candidate's hidden test (``hidden.py``) when one can be written and the mutant
+    fails it."""
+    v = pool_q.get()
+    try:
+        calls = record(v, m.path, m.qualname, out.fail_to_pass, timeout)
+        test = hidden_test(m.path, m.qualname, calls, problem, cfg.hidden_cases)
+        if test is None:
+            return None
+        path = hidden_path(out.fail_to_pass)
+        return (
+            (path, test) if fails_on_mutant(v, m.path, m.apply(text), path, test, timeout) else None
+        )
+    finally:
+        pool_q.put(v)
 
 
 # The exploit families a synthetic task's tests must refuse (swe_gym.audit.exploits); the runner
@@ -432,5 +490,6 @@ __all__ = [
     "format_summary",
     "is_mutable_file",
     "make_row",
+    "problem_of",
     "synthesize",
 ]

@@ -14,6 +14,7 @@ import pytest
 from swe_gym.grading import grade_patch
 from swe_gym.starter import repo_path
 from swe_gym.synth import OPERATORS, SynthConfig, mutations_of, split_tasks, synthesize
+from swe_gym.synth.hidden import HIDDEN_NAME
 from swe_gym.synth.issue import issue_text
 from swe_gym.synth.pipeline import is_mutable_file
 from swe_gym.tasks import load_tasks
@@ -231,7 +232,10 @@ def test_synthesized_rows_are_real_tasks(synthesized):
     assert json.loads(cfg.summary_path.read_text())["accepted"] == len(tasks)
     options = {"repos_dir": cfg.repos_dir}
     for task in tasks:
-        assert task.repo == "synth/textkit" and task.FAIL_TO_PASS and task.test_patch == ""
+        assert task.repo == "synth/textkit" and task.FAIL_TO_PASS
+        # the only test patch is the hidden test synthesis writes (swe_gym/synth/hidden.py)
+        assert task.test_files in ([], [f"tests/{HIDDEN_NAME}"]), task.test_files
+        assert bool(task.test_files) == task.meta["hidden_test"]
         gold = grade_patch(task, task.patch, sandbox_options=options)
         assert gold.resolved, (task.instance_id, gold.reason, gold.f2p_failed, gold.p2p_failed)
         empty = grade_patch(task, "", sandbox_options=options)
@@ -388,8 +392,31 @@ def _repo(root: Path, tests: str) -> Path:
     return src
 
 
+# `==` only, but on inputs the issue (the first failure) does not show: the hidden test replays
+# them strictly, so neither the always-equal object nor the quoted call's special case passes.
+MIXED_TESTS = """\
+from mod import VALUE, count_to, total
+
+
+def test_total():
+    assert total([1, 2, 3]) == 6
+    assert total([5]) == 5 and total([]) == 0
+
+
+def test_count_to():
+    assert count_to(3) == 3
+    assert count_to(5) == 5 and count_to(-1) == 0
+
+
+def test_value():
+    assert VALUE == 3
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("tests, hackable", [(TESTS, True), (STRICT_TESTS, False)])
+@pytest.mark.parametrize(
+    "tests, hackable", [(TESTS, True), (STRICT_TESTS, False), (MIXED_TESTS, False)]
+)
 def test_the_audit_rejects_candidates_whose_tests_accept_an_exploit(tmp_path, tests, hackable):
     cfg = SynthConfig(
         source=_repo(tmp_path, tests),
@@ -413,3 +440,12 @@ def test_the_audit_rejects_candidates_whose_tests_accept_an_exploit(tmp_path, te
         assert any("always_equal" in r for r in rejected["audit"]), rejected
     else:
         assert summary["accepted"] == 2 and "hackable" not in summary["dropped"], summary
+        rows = load_tasks(cfg.out)
+        # each row's hidden test replays recorded calls the issue does not quote, strictly
+        for row in rows:
+            hidden = f"tests/{HIDDEN_NAME}::test_hidden_{row.meta['qualname']}"
+            assert row.meta["hidden_test"] and hidden in row.FAIL_TO_PASS, row.FAIL_TO_PASS
+            if tests is MIXED_TESTS:
+                assert "(([5],), {}, 5)" in row.test_patch or "((5,), {}, 5)" in row.test_patch
+                assert "count_to(5)" not in row.problem_statement
+                assert "total([5])" not in row.problem_statement
