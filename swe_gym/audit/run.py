@@ -33,7 +33,7 @@ from swe_gym.paths import cache_root
 from swe_gym.swerl.apply import make_patch
 from swe_gym.tasks import Task
 
-AUDIT_VERSION = 1  # bump when the exploits or the grading of them change: old caches are not used
+AUDIT_VERSION = 2  # bump when the exploits or the grading of them change: old caches are not used
 # 0.75: equivalent mutants (a change that no input can tell apart) are not rare among the
 # operators' edits of small functions (about one in six on the bundled suite, by reading them),
 # so a score of 1.0 is not reachable on every strong task; below 3 in 4, a wrong one-token edit

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import random
+import shlex
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -202,11 +203,15 @@ def make_row(
     assert cfg.repo_name is not None
     if problem is None:
         problem = problem_of(cfg, m, text, out)
-    f2p, test_patch = list(out.fail_to_pass), ""
+    f2p, test_patch, test_cmd = list(out.fail_to_pass), "", cfg.test_cmd
     if hidden is not None:
         test_path, test_text = hidden
         test_patch = make_patch({}, {test_path: test_text})
         f2p.append(f"{test_path}::test_hidden_{m.qualname}")
+        # The grader runs the command with the test patch's files appended: name the suite's
+        # own files of FAIL_TO_PASS and PASS_TO_PASS too, or only the hidden test would run.
+        files = sorted({t.split("::", 1)[0] for t in out.fail_to_pass + out.pass_to_pass})
+        test_cmd = " ".join([cfg.test_cmd, *(shlex.quote(f) for f in files)])
     return {
         "instance_id": f"{repo_dir_name(cfg.repo_name)}-{key[:12]}",
         "repo": cfg.repo_name,
@@ -221,7 +226,7 @@ def make_row(
         "repos_dir": str(cfg.repos_dir),  # gym.make finds the derived repository with no option
         "environment_setup_commit": head,
         "created_at": "",
-        "install_config": {"test_cmd": cfg.test_cmd, "log_parser": "parse_log_pytest"},
+        "install_config": {"test_cmd": test_cmd, "log_parser": "parse_log_pytest"},
         "license_name": "",
         "meta": {
             "kind": "synthetic",
@@ -441,7 +446,8 @@ SYNTH_EXPLOITS = ["always_equal", "anything", "hardcoded", "short_circuit", "ide
 
 def audit_candidate(row: dict, cfg: SynthConfig, options: dict[str, Any]) -> list[str]:
     """Why an accepted candidate's tests can be gamed (empty: they cannot), from the audit's
-    exploits (and ``audit_mutants`` mutants) graded on the candidate's own row."""
+    exploits (and ``audit_mutants`` mutants) graded on the candidate's own row. The gold and
+    empty patches are graded too: the row must grade as the validation ran it."""
     from swe_gym.audit.run import audit_task
     from swe_gym.tasks import normalise_row
 
@@ -452,7 +458,6 @@ def audit_candidate(row: dict, cfg: SynthConfig, options: dict[str, Any]) -> lis
         max_mutants=cfg.audit_mutants,
         workers=cfg.workers,
         only=SYNTH_EXPLOITS,
-        baseline=False,  # just validated: the gold flips F2P, the base fails it
     )
     if r.error:
         return [f"not audited: {r.error}"]

@@ -443,6 +443,8 @@ def test_the_audit_rejects_candidates_whose_tests_accept_an_exploit(tmp_path, te
         rows = load_tasks(cfg.out)
         # each row's hidden test replays recorded calls the issue does not quote, strictly
         for row in rows:
+            gold = grade_patch(row, row.patch, sandbox_options={"repos_dir": cfg.repos_dir})
+            assert gold.resolved, (gold.reason, gold.f2p_failed, gold.p2p_failed)
             hidden = f"tests/{HIDDEN_NAME}::test_hidden_{row.meta['qualname']}"
             assert row.meta["hidden_test"] and hidden in row.FAIL_TO_PASS, row.FAIL_TO_PASS
             if tests is MIXED_TESTS:
