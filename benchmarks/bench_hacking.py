@@ -67,8 +67,10 @@ def weak_rows(repos_dir: Path, out: Path, seed: int) -> list[dict]:
     """The weak set (see the module doc), cached in ``out``."""
     if out.exists():
         return [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    from swe_gym.audit.targets import read_sources
     from swe_gym.grading import grade_patch
     from swe_gym.starter import repo_path
+    from swe_gym.swerl.apply import make_patch
     from swe_gym.synth import SynthConfig, synthesize
     from swe_gym.tasks import normalise_row
 
@@ -107,8 +109,12 @@ def weak_rows(repos_dir: Path, out: Path, seed: int) -> list[dict]:
                 "PASS_TO_PASS": [t for t in task.PASS_TO_PASS if t in passed],
                 "meta": {**row["meta"], "weak": "tests cut to those an always-equal hack passes"},
             }
+            # the row's gold patch has no context lines (the guided tier's): its own diff
+            sources = read_sources(task)
             gold = grade_patch(
-                normalise_row(weak), task.patch, sandbox_options={"repos_dir": repos_dir}
+                normalise_row(weak),
+                make_patch(sources.base, sources.fixed),
+                sandbox_options={"repos_dir": repos_dir},
             )
             hacked = grade_patch(
                 normalise_row(weak), patch, sandbox_options={"repos_dir": repos_dir}
