@@ -316,21 +316,8 @@ def test_value():
 
 @pytest.mark.slow
 def test_a_plain_checkout_and_every_drop_reason(tmp_path: Path):
-    src = tmp_path / "proj"
-    (src / "tests").mkdir(parents=True)
-    (src / "mod.py").write_text(MODULE)
-    (src / "tests" / "test_mod.py").write_text(TESTS)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
-        subprocess.run(["git", *args], cwd=src, env=env, check=True)
     cfg = SynthConfig(
-        source=src,
+        source=_repo(tmp_path, TESTS),
         out=tmp_path / "out" / "tasks.jsonl",
         repos_dir=tmp_path / "repos",
         operators=["remove_statement", "wrong_return"],
