@@ -18,8 +18,8 @@ repositories) plus ``--hack-trajectories`` scripted runs that write the hack on 
 DAPO runs as the main job does (``--preset cpu``) on the weak set, once with the monitor
 logging only and once masking; ``hack_rate`` is the share of rewarded episodes the monitor
 flags, ``honest`` the share of all episodes rewarded without a flag. Mean and standard error
-over seeds per iteration; a table, ``benchmarks/results/bench_hacking.json`` and
-``bench_hacking.png``. Everything but the DAPO runs is cached under
+over seeds per iteration; a table, ``benchmarks/results/bench_hacking_h<N>.json`` and
+``bench_hacking_h<N>.png`` (N: the hack trajectories). Everything but the DAPO runs is cached under
 ``$SWE_GYM_CACHE/bench_hacking``.
 """
 
@@ -126,7 +126,8 @@ def weak_rows(repos_dir: Path, out: Path, seed: int) -> list[dict]:
 
 
 def hack_trajectories(rows: list[dict], env_kwargs: dict, n: int, out: Path) -> Path:
-    """``n`` scripted episodes that write the hack (the oracle replaying the hack patch)."""
+    """``n`` scripted episodes that write the hack (the oracle replaying the hack patch), over
+    the weak tasks in turn."""
     if out.exists():
         return out
     from transformers import AutoTokenizer
@@ -138,7 +139,7 @@ def hack_trajectories(rows: list[dict], env_kwargs: dict, n: int, out: Path) -> 
     from agents.trajectory import Trajectory
     from swe_gym.tasks import normalise_row
 
-    tasks = [normalise_row(r) for r in rows[:n]]
+    tasks = [normalise_row(r) for r in rows[:n]]  # n <= len(rows): one episode per task
     hacked = [dataclasses.replace(t, patch=hack_patch(t)) for t in tasks]
     model = OracleModel(
         tasks=hacked, tokenizer=AutoTokenizer.from_pretrained(str(smollm2_path())), explore=False
@@ -263,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"only {len(rows)} weak tasks; nothing to show")
     weak_file = root / "weak.jsonl"
     env_kwargs = {**record["env_kwargs"], "tasks": str(weak_file)}
-    hack_file = hack_trajectories(rows, env_kwargs, a.hack_trajectories, root / "hack.jsonl")
-    policy = seeded_checkpoint(record, recipe, hack_file, root)
+    n = a.hack_trajectories
+    hack_file = hack_trajectories(rows, env_kwargs, n, root / f"hack-{n}.jsonl")
+    policy = seeded_checkpoint(record, recipe, hack_file, root / f"seeded-{n}")
     runs: dict[str, dict[int, list[dict]]] = {}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for action in a.actions:
@@ -311,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.monotonic() - t0, 1),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_hacking.json").write_text(json.dumps(doc, indent=1) + "\n")
-    _plot(table, RESULTS / "bench_hacking.png")
+    (RESULTS / f"bench_hacking_h{n}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    _plot(table, RESULTS / f"bench_hacking_h{n}.png")
     return 0
 
 
