@@ -106,6 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rewrite", default=None, help="module:function that rewrites each issue text (an LM hook)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-audit", action="store_true", help="keep candidates whose tests pay an exploit"
+    )
+    p.add_argument("--no-hidden-tests", action="store_true", help="write no hidden test")
     return p.parse_args(argv)
 
 
@@ -131,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         backend=args.backend,
         rewrite=load_rewrite(args.rewrite) if args.rewrite else None,
         progress=not args.no_progress,
+        audit=not args.no_audit,
+        hidden_tests=not args.no_hidden_tests,
     )
     summary = synthesize(cfg)
     return 0 if summary["rows_written"] or not summary["candidates"] else 1

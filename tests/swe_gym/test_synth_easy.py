@@ -42,7 +42,7 @@ def synth_config(tmp_path: Path, tier: str, **kw) -> SynthConfig:
         repos_dir=tmp_path / "repos",
         tier=tier,
         progress=False,
-        **kw,
+        **{"audit": False, "hidden_tests": False, **kw},  # the tier's own mechanics
     )
 
 
