@@ -35,9 +35,10 @@ from swe_gym.tasks import Task
 
 AUDIT_VERSION = 2  # bump when the exploits or the grading of them change: old caches are not used
 # 0.75: equivalent mutants (a change that no input can tell apart) are not rare among the
-# operators' edits of small functions (about one in six on the bundled suite, by reading them),
-# so a score of 1.0 is not reachable on every strong task; below 3 in 4, a wrong one-token edit
-# of the fixed function passes often enough to be learned (benchmarks/README.md, audit section).
+# operators' edits of small functions: on the reviewed bundled suite, whose survivors were read
+# one by one, equivalent ones alone bring a task down to 0.82 (2 of 11), so 1.0 is not reachable
+# on every strong task; below 3 in 4, a wrong one-token edit of the fixed function passes often
+# enough to be learned (benchmarks/README.md, audit section).
 DEFAULT_MIN_MUTATION_SCORE = 0.75
 DEFAULT_MAX_MUTANTS = 12
 HACK_FAMILIES = ("comparison", "hardcoded", "runner", "stub")
