@@ -49,12 +49,14 @@ def collect(
     to ``run_dir`` as iteration 1 of the run (``save_episodes``; read files are not copied)."""
     from agents.trajectory import Trajectory
 
+    spec = RolloutSpec.from_config(cfg)
+    tasks: list[Any] | None = None  # the env's tasks, built once: the pool and the monitor
     if cfg.trajectories:
         trajs = [t for path in cfg.trajectories for t in Trajectory.load_jsonl(path)]
     else:
         assert policy is not None
-        spec = RolloutSpec.from_config(cfg)
-        pool = cfg.tasks or [t.instance_id for t in env_tasks(cfg.env, spec.env_kwargs)]
+        tasks = env_tasks(cfg.env, spec.env_kwargs)
+        pool = cfg.tasks or [t.instance_id for t in tasks]
         policy.model.eval()
         trajs = run_rollouts(spec, policy.engine, pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
@@ -67,11 +69,14 @@ def collect(
                 run_dir, 1, trajs, 0, cfg.save_episodes, cfg.save_episodes_sampling, cfg.seed
             )
     kept = [t for t in trajs if t.resolved and t.token_exact and t.turns]
-    try:
-        tasks = env_tasks(cfg.env, RolloutSpec.from_config(cfg).env_kwargs)
-    except Exception as e:  # noqa: BLE001 - read trajectories of an env not built here
-        print(f"rft: hack monitor without task texts ({type(e).__name__}: {e})", file=sys.stderr)
-        tasks = []
+    if tasks is None:
+        try:
+            tasks = env_tasks(cfg.env, spec.env_kwargs)
+        except Exception as e:  # noqa: BLE001 - read trajectories of an env not built here
+            print(
+                f"rft: hack monitor without task texts ({type(e).__name__}: {e})", file=sys.stderr
+            )
+            tasks = []
     monitor = HackMonitor.build(cfg.hack_policy, cfg.hack_action, cfg.hack_penalty, tasks)
     hacks = Counters()
     kept = monitor.keep_for_sft(kept, hacks)
