@@ -46,6 +46,7 @@ class Validation:
     env_built: bool = False  # built by this run (else cached or host)
     parser: str = ""
     command: str = ""
+    needs_network: list[str] = field(default_factory=list)  # gold's failures that need it
     verdicts: dict[str, dict[str, Any]] = field(
         default_factory=dict
     )  # empty/gold -> ours, swebench's
@@ -84,6 +85,11 @@ def _environment(task: Task, backend: str, options: dict, v: Validation) -> bool
     else:
         m = env.manifest
         v.env, v.env_built = f"{env.key[:12]} python {m['python']}", env.built_now
+        seeds = " ".join(f"{k} {x}" for k, x in (m.get("seeds") or {}).items() if x)
+        if seeds:
+            v.env += f", {seeds} as of {m.get('seed_cut') or 'today'}"
+        if m.get("install_commit"):
+            v.env += f", installed at {m['install_commit'][:12]}"
         if m.get("note"):
             v.env += f" ({m['note']})"
     return True
@@ -123,6 +129,12 @@ def validate_task(
             msg += f"; absent from the log: {after.missing[:10]}"
         if after.dropped:
             msg += f"; test infrastructure reverted from the gold patch: {after.dropped}"
+        if after.needs_network:
+            v.needs_network = after.needs_network
+            msg += (
+                f"; needs_network: {len(after.needs_network)} failed for want of the network "
+                f"(the sandbox has none): {after.needs_network[:10]}"
+            )
         problems.append(msg)
     v.ok, v.seconds = not problems, before.duration_s + after.duration_s
     return v

@@ -48,7 +48,7 @@ from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatu
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
 from swe_gym.errors import SandboxUnavailable, unknown_choice
-from swe_gym.grading import forgery, verdict
+from swe_gym.grading import forgery, offline, verdict
 from swe_gym.grading.patches import apply_patch, patch_paths, unsafe_path
 from swe_gym.grading.testinfra import (
     WORK_DIR,
@@ -105,6 +105,7 @@ class GradingReport:
     injected_tests: list[str] = field(default_factory=list)  # node ids no test file defines
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
     parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
+    needs_network: list[str] = field(default_factory=list)  # failed for want of it (offline.py)
     test_cmd: str = ""  # the test command and where it came from
 
     def to_dict(self) -> dict[str, Any]:
@@ -242,6 +243,9 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     elif res is not None:
         _check_channel(report, task, run, res, parser)
     _finish(report, task, run.status, ran=not run.timed_out)
+    report.needs_network = offline.network_failures(
+        run.log, report.f2p_failed + report.p2p_failed
+    )
 
 
 def _check_channel(

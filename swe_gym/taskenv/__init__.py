@@ -24,7 +24,7 @@ from pathlib import Path
 from swe_gym.errors import unknown_choice
 from swe_gym.taskenv.build import EnvBuildError, TaskEnv, ensure, envs_root
 from swe_gym.taskenv.pythons import PythonNotFound
-from swe_gym.taskenv.recipe import Recipe, host_satisfies, recipe_for
+from swe_gym.taskenv.recipe import Recipe, host_satisfies, inputs_digest, recipe_for
 from swe_gym.tasks import Task
 
 POLICIES = ("auto", "task", "host")
@@ -32,7 +32,7 @@ POLICIES = ("auto", "task", "host")
 
 def _clone_readers(repo: Path | None):  # noqa: ANN202
     if repo is None:
-        return None, None
+        return None, None, None
     from swe_gym.errors import SandboxError
     from swe_gym.sandbox.objects import host_git
 
@@ -48,7 +48,18 @@ def _clone_readers(repo: Path | None):  # noqa: ANN202
         except SandboxError:
             return None
 
-    return read_file, commit_date
+    def install_inputs(commit: str) -> str | None:
+        try:
+            out = host_git("ls-tree", "-r", "-z", commit, cwd=repo).decode("utf-8", "surrogateescape")
+        except SandboxError:
+            return None
+        blobs = []
+        for entry in filter(None, out.split("\0")):
+            meta, path = entry.split("\t", 1)
+            blobs.append((path, meta.split()[2]))
+        return inputs_digest(blobs)
+
+    return read_file, commit_date, install_inputs
 
 
 _RECIPES: dict[str, Recipe] = {}  # per process: a reset reads no clone twice
@@ -64,7 +75,8 @@ def task_recipe(task: Task, repos_dir: str | os.PathLike | None = None) -> Recip
         repo = ""
     key = json.dumps(
         [task.instance_id, task.repo, task.version, task.environment_setup_commit,
-         task.base_commit, task.created_at, task.install_config, repo, os.environ.get("SWE_GYM_SWEBENCH_SPECS")],
+         task.base_commit, task.created_at, task.install_config, repo,
+         os.environ.get("SWE_GYM_SWEBENCH_SPECS"), os.environ.get("SWE_GYM_ENV_OVERRIDES")],
         sort_keys=True, default=str,
     )  # fmt: skip
     if key not in _RECIPES:

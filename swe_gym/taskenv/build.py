@@ -1,7 +1,9 @@
 """Building a task environment with uv, once per recipe key, shared by every process.
 
 Layout (``$SWE_GYM_CACHE/envs/<key>/``): ``venv/`` (a uv venv of the chosen interpreter with
-the recipe's packages, resolved with ``--exclude-newer`` at the recipe's date), ``tree/``
+the seed packages and the recipe's packages, resolved with ``--exclude-newer`` at the recipe's
+date: ``swe_gym.taskenv.seeds``), ``build-constraints.txt`` (the install step's build
+dependencies as of that date), ``tree/``
 (files the install step generated inside the working tree, e.g. an editable install's
 ``*.egg-info`` or setuptools-scm's ``_version.py``, copied into every fresh working copy),
 ``manifest.json`` (written last: its presence means the environment is complete) and
@@ -9,7 +11,8 @@ the recipe's packages, resolved with ``--exclude-newer`` at the recipe's date), 
 file lock; a directory without a manifest is a killed build's leftover and is rebuilt.
 
 The install step (``pre_install`` then ``install``, e.g. ``pip install -e .``) runs once, at
-the recipe's setup commit, in a bubblewrap sandbox that shows the working copy at
+the recipe's install commit (the row's base commit, as SWE-bench's harness runs it), in a
+bubblewrap sandbox that shows the working copy at
 ``/testbed`` (where every task sandbox has it, so an editable install's paths hold there),
 the venv writable and PyPI reachable; nothing else of the host. Commands of a system package
 manager (``apt-get``, ``yum``, ``sudo``...) are skipped and listed in the manifest.
@@ -34,6 +37,7 @@ from swe_gym.errors import SWEGymError
 from swe_gym.paths import cache_root
 from swe_gym.taskenv.pythons import choose, host_prefix
 from swe_gym.taskenv.recipe import Recipe
+from swe_gym.taskenv.seeds import build_constraints, install_seeds, seed_cut
 from swe_gym.taskenv.uvtool import run_uv
 
 INSTALL_TIMEOUT = 1800.0
@@ -105,7 +109,7 @@ def ensure(
     *,
     label: str,
     allow_nearest: bool = False,
-    install_runner=None,  # noqa: ANN001 - (recipe, venv, log) -> Path of the checkout after install
+    install_runner=None,  # noqa: ANN001 - (recipe, commands, venv, log, constraints) -> checkout
 ) -> TaskEnv:
     """The environment of ``recipe``, built now unless the cache has it."""
     key = recipe.key
@@ -132,6 +136,11 @@ def ensure(
     return TaskEnv(key, root, manifest, built_now=True)
 
 
+def _log(log: Path, line: str) -> None:
+    with log.open("a") as f:
+        f.write(line + "\n")
+
+
 def _check(p: subprocess.CompletedProcess, what: str, log: Path) -> None:
     with log.open("a") as f:
         f.write(f"$ {what}\n{p.stdout}{p.stderr}\n")
@@ -149,7 +158,18 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
     venv = root / "venv"
     need_pip = bool(recipe.install or recipe.pre_install)
     args = ["venv", "-q", "--no-python-downloads", "--python", interp.path, str(venv)]
-    _check(run_uv(*args, *(["--seed"] if need_pip else [])), "uv " + " ".join(args), log)
+    _check(run_uv(*args), "uv " + " ".join(args), log)
+    py = str(venv / "bin" / "python")
+    # The seeds as of the row's date (uv's --seed would give today's), in every environment:
+    # a SWE-bench environment has them, and old packages import pkg_resources at run time.
+    cut, cut_note = seed_cut(recipe.exclude_newer, interp.minor)
+    seeds = install_seeds(py, cut, recipe.seed, lambda p, what: _check(p, what, log))
+    seed_line = " ".join(f"{k}=={v}" for k, v in seeds.items() if v)
+    seed_line += f" (as of {cut})" if cut else " (no date: the newest)"
+    if recipe.seed:
+        seed_line += f"; overridden: {' '.join(recipe.seed)}"
+    _log(log, f"seeds: {seed_line}" + (f"; {cut_note}" if cut_note else ""))
+    _progress(label, f"seeds {seed_line}", t0)
     date = ["--exclude-newer", f"{recipe.exclude_newer}T23:59:59Z"] if recipe.exclude_newer else []
     reqs: list[str] = []
     skipped: list[str] = []
@@ -182,6 +202,7 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             p = run_uv(*args, *recipe.packages, *reqs)
         _check(p, "uv " + " ".join([*args, *recipe.packages, *reqs]), log)
     generated: list[str] = []
+    constraints: list[str] = []
     if need_pip:
         if runner is None:
             raise EnvBuildError(
@@ -189,8 +210,14 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             )
         cmds = [c for c in recipe.pre_install if not c.lstrip().startswith(_SYSTEM_PKG)]
         skipped += [f"pre_install: {c}" for c in recipe.pre_install if c not in cmds]
-        _progress(label, f"install step at {recipe.setup_commit[:12]}: {recipe.install}", t0)
-        checkout = runner(recipe, cmds, venv, log)
+        cfile = None
+        if recipe.build_constraints:
+            cfile = root / "build-constraints.txt"
+            constraints = build_constraints(py, cut, cfile)
+            _log(log, "build constraints: " + " ".join(constraints))
+        at = recipe.install_commit or recipe.setup_commit
+        _progress(label, f"install step at {at[:12]}: {recipe.install}", t0)
+        checkout = runner(recipe, cmds, venv, log, cfile)
         try:
             generated = _keep_generated(checkout, root / "tree")
         finally:
@@ -213,6 +240,10 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
         "packages": recipe.packages,
         "install": recipe.install,
         "setup_commit": recipe.setup_commit,
+        "install_commit": recipe.install_commit,
+        "seeds": seeds,
+        "seed_cut": cut,
+        "build_constraints": constraints,
         "exclude_newer": recipe.exclude_newer,
         "generated": generated,
         "skipped": skipped,

@@ -1,19 +1,24 @@
 """The recipe's install step, run once per environment in a bubblewrap sandbox.
 
-The working copy of the setup commit is at ``/testbed`` (as in every task sandbox, so an
+The working copy of the install commit (the row's base commit) is at ``/testbed`` (as in every task sandbox, so an
 editable install's paths stay right there), the environment's directory is writable at its
 host path, the interpreter's prefix read-only; PyPI is reachable (build dependencies), the
-host's home, caches and this project are not.
+host's home, caches and this project are not. The build's constraints file
+(``swe_gym.taskenv.seeds``) reaches pip through ``PIP_CONSTRAINT`` and ``PIP_BUILD_CONSTRAINT``;
+when pip finds them in conflict with what the project asks for (a ``setuptools>=64`` newer
+than the date), the step runs once more without them and the log says so.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from swe_gym.errors import SandboxError
 from swe_gym.sandbox.mounts import SANDBOX_WORKDIR, bwrap_mounts
 from swe_gym.sandbox.objects import base_pack, init_repo
 from swe_gym.taskenv.build import INSTALL_TIMEOUT, EnvBuildError
@@ -27,6 +32,8 @@ _INDEX_VARS = (
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY",
     "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )  # fmt: skip
+# pip's words for a requirement its constraints rule out (old and new resolvers)
+_CONFLICT = re.compile(r"conflict|ResolutionImpossible|Could not find a version that satisfies")
 _SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"  # in the sandbox's /etc copy too
 
 
@@ -39,13 +46,37 @@ def _index_settings() -> dict[str, str]:
 
 
 def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = None):  # noqa: ANN201
-    """A ``runner(recipe, commands, venv, log) -> checkout`` for ``build.ensure``."""
+    """A ``runner(recipe, commands, venv, log, constraints) -> checkout`` for ``build.ensure``."""
 
-    def run(recipe: Recipe, commands: list[str], venv: Path, log: Path) -> Path:
+    def run(
+        recipe: Recipe, commands: list[str], venv: Path, log: Path, constraints: Path | None = None
+    ) -> Path:
+        checkout = _run_once(recipe, commands, venv, log, constraints)
+        if isinstance(checkout, Path):
+            return checkout
+        if constraints is not None and _CONFLICT.search(checkout):
+            with log.open("a") as f:
+                f.write("build constraints conflict with the project's; again without them\n")
+            checkout = _run_once(recipe, commands, venv, log, None)
+            if isinstance(checkout, Path):
+                return checkout
+        raise EnvBuildError(f"the install step `{recipe.install}` failed: {checkout[-1500:]}")
+
+    def _run_once(
+        recipe: Recipe, commands: list[str], venv: Path, log: Path, constraints: Path | None
+    ) -> Path | str:
+        """The checkout, or the failed step's output."""
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise EnvBuildError("the install step needs bubblewrap (apt-get install bubblewrap)")
-        pack = base_pack(repo_name, repo, recipe.setup_commit)
+        at = recipe.install_commit or recipe.setup_commit
+        try:
+            pack = base_pack(repo_name, repo, at)
+        except SandboxError as e:
+            raise EnvBuildError(
+                f"the install step's commit {at[:12]} cannot be read "
+                f"from the clone {repo}: {e}"
+            ) from None
         tmp = Path(tempfile.mkdtemp(prefix="swe_gym_envbuild_"))
         checkout = tmp / "testbed"
         checkout.mkdir()
@@ -73,6 +104,8 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
             "LANG": "C.UTF-8",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PIP_NO_INPUT": "1",
+            **({"PIP_CONSTRAINT": str(constraints), "PIP_BUILD_CONSTRAINT": str(constraints)}
+               if constraints is not None else {}),
             **recipe.env_vars,
             **(env_vars or {}),
         }
@@ -87,9 +120,7 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
             f.write(f"$ {recipe.install}\n{p.stdout}{p.stderr}\n")
         if p.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise EnvBuildError(
-                f"the install step `{recipe.install}` failed: {(p.stderr or p.stdout)[-1500:]}"
-            )
+            return (p.stderr or p.stdout) or f"exit {p.returncode}"
         return checkout
 
     return run
