@@ -9,7 +9,10 @@ Per row: the environment (key and Python, or why it cannot be built), its build 
 first use and when cached (``--fresh-cache`` builds in a temp toolkit cache, so the first
 time is a real build), the median ``LocalSandbox`` start()+close() over ``--resets``, the
 grading time of the empty and the gold patch, and both verdicts (ours, swebench's own
-functions on the same log) with the host's interpreter and with the row's environment.
+functions on the same log) with the host's interpreter and with the row's environment, the
+environment's seeds and their date, and the gold patch's failures that need the network. A
+row that fails in any step is recorded with its reason and the run goes on; the JSON is
+rewritten after every row.
 ``--generated`` makes rows over generated repositories (no network: the repositories of
 ``tests/swe_gym/taskenv/genrepos.py``) and runs on those. Prints a table and writes
 benchmarks/results/bench_real_rows.json.
@@ -43,8 +46,11 @@ def _verdicts(task, opts: dict) -> dict:
             "ours": report.resolved,
             "swebench": swebench_verdict(task, log),
             "reason": report.reason,
+            "needs_network": report.needs_network,
             "s": round(time.monotonic() - t0, 2),
         }
+        if report.reason and report.reason != "tests_failed":
+            out[name]["detail"] = (report.detail or "")[:300]
     return out
 
 
@@ -63,8 +69,12 @@ def bench_row(row: dict, repos: str, resets: int, nearest: bool) -> dict:
     t0 = time.monotonic()
     taskenv.resolve(task, "auto", repos, nearest)
     cached = time.monotonic() - t0
+    m = env.manifest if env is not None else {}
     res.update(
-        env="host" if env is None else f"{env.key[:12]} py{env.manifest['python']}",
+        env="host" if env is None else f"{env.key[:12]} py{m['python']}",
+        seeds=m.get("seeds", {}),
+        seed_cut=m.get("seed_cut", ""),
+        install_commit=m.get("install_commit", ""),
         built=True,
         first_s=round(env.manifest["build_s"] if env is not None and env.built_now else first, 2),
         built_now=bool(env is not None and env.built_now),
@@ -134,7 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = load_rows(args.rows)
     if args.ids:
         rows = [r for r in rows if r["instance_id"] in set(args.ids)]
-    results = [bench_row(r, args.repos_dir, args.resets, args.allow_nearest_python) for r in rows]
+    out = Path(__file__).parent / "results" / "bench_real_rows.json"
+    out.parent.mkdir(exist_ok=True)
+    results = []
+    for row in rows:
+        try:
+            res = bench_row(row, args.repos_dir, args.resets, args.allow_nearest_python)
+        except Exception as e:  # the row's failure, recorded; the next row still runs
+            res = {"id": row.get("instance_id", "?"), "built": False,
+                   "env": f"failed: {type(e).__name__}: {e}"[:400]}  # fmt: skip
+        results.append(res)
+        print(f"[bench_real_rows] {res['id']}: {res['env'][:100]}", file=sys.stderr, flush=True)
+        out.write_text(json.dumps(results, indent=1))
     print(
         f"\n{'row':<28} {'env':<24} {'build s':>8} {'cached s':>8} {'reset s':>7} "
         f"{'grade s e/g':>11}  before (host) ours/swebench  after (env) ours/swebench"
@@ -147,19 +168,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.get('cached_s', '-')!s:>8} {r.get('reset_s', '-')!s:>7} {grade:>11}  "
             f"{_fmt(r.get('before')):<28}  {_fmt(a)}"
         )
-    built = [r for r in results if r["built"]]
+    built = [r for r in results if r["built"] and "after" in r]
     agree = [r for r in built if all(x["ours"] == x["swebench"] for x in r["after"].values())]
     print(
         f"\nbuilt {len(built)}/{len(results)}; after: ours == swebench on {len(agree)}/"
         f"{len(built)} built rows (empty and gold)"
     )
+    gold = [r for r in built if r["after"]["gold"]["ours"]]
+    print(f"gold resolves on {len(gold)}/{len(results)} rows")
     for r in results:
         if not r["built"]:
             print(f"  {r['id']}: {r['env']}")
-    out = Path(__file__).parent / "results" / "bench_real_rows.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    return 0
+        elif net := r.get("after", {}).get("gold", {}).get("needs_network"):
+            print(f"  {r['id']}: gold's failures need the network: {net[:5]}")
+    return 0 if results and any(r["built"] for r in results) else 1
 
 
 if __name__ == "__main__":

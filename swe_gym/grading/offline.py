@@ -22,6 +22,7 @@ NETWORK_ERRORS = re.compile(
     r"requests\.exceptions\.ConnectionError|httpx\.ConnectError|aiohttp\.client_exceptions"
 )
 _SECTION = re.compile(r"^_{3,} (.+?) _{3,}$", re.M)
+_BANNER = re.compile(r"^={3,}", re.M)  # pytest's "=== short test summary info ===" and the like
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - (.*))?$", re.M)
 
 
@@ -31,10 +32,12 @@ def _sections(log: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, m in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(log)
+        if (banner := _BANNER.search(log, m.end(), end)) is not None:
+            end = banner.start()
         title = m.group(1).strip()
-        out[title.removeprefix("ERROR at setup of ").removeprefix("ERROR at teardown of ")] = (
-            log[m.end() : end]
-        )
+        out[title.removeprefix("ERROR at setup of ").removeprefix("ERROR at teardown of ")] = log[
+            m.end() : end
+        ]
     return out
 
 

@@ -50,7 +50,9 @@ def _clone_readers(repo: Path | None):  # noqa: ANN202
 
     def install_inputs(commit: str) -> str | None:
         try:
-            out = host_git("ls-tree", "-r", "-z", commit, cwd=repo).decode("utf-8", "surrogateescape")
+            out = host_git("ls-tree", "-r", "-z", commit, cwd=repo).decode(
+                "utf-8", "surrogateescape"
+            )
         except SandboxError:
             return None
         blobs = []

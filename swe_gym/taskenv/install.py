@@ -74,8 +74,7 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
             pack = base_pack(repo_name, repo, at)
         except SandboxError as e:
             raise EnvBuildError(
-                f"the install step's commit {at[:12]} cannot be read "
-                f"from the clone {repo}: {e}"
+                f"the install step's commit {at[:12]} cannot be read from the clone {repo}: {e}"
             ) from None
         tmp = Path(tempfile.mkdtemp(prefix="swe_gym_envbuild_"))
         checkout = tmp / "testbed"
@@ -104,8 +103,11 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
             "LANG": "C.UTF-8",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PIP_NO_INPUT": "1",
-            **({"PIP_CONSTRAINT": str(constraints), "PIP_BUILD_CONSTRAINT": str(constraints)}
-               if constraints is not None else {}),
+            **(
+                {"PIP_CONSTRAINT": str(constraints), "PIP_BUILD_CONSTRAINT": str(constraints)}
+                if constraints is not None
+                else {}
+            ),
             **recipe.env_vars,
             **(env_vars or {}),
         }

@@ -65,7 +65,8 @@ class Recipe:
     def key(self) -> str:
         skip = ("source", "env_vars", "setup_commit", "install_commit")
         body = {k: v for k, v in asdict(self).items() if k not in skip}
-        if (self.install or self.pre_install) and not self.install_inputs:  # no clone to read them: the commit itself
+        if (self.install or self.pre_install) and not self.install_inputs:
+            # no clone to read the inputs from: the commit itself
             body["install_commit"] = self.install_commit
         body["v"] = RECIPE_VERSION
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
@@ -79,7 +80,9 @@ _INSTALL_FILES = frozenset(
     ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "Cargo.toml", "meson.build",
      "CMakeLists.txt", "Makefile")
 )  # fmt: skip
-_NATIVE = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".pyx", ".pxd", ".pxi", ".f", ".f90", ".rs", ".cu")
+_NATIVE = (
+    ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".pyx", ".pxd", ".pxi", ".f", ".f90", ".rs", ".cu"
+)  # fmt: skip
 
 
 def is_install_input(path: str) -> bool:

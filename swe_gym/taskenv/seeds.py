@@ -43,7 +43,10 @@ def seed_cut(date: str, minor: str) -> tuple[str, str]:
     """(the cut for the seeds, a note when it differs from ``date``); ``""``: no cut."""
     released = PYTHON_RELEASED.get(minor, "")
     if date and released and released > date:
-        return released, f"seeds as of {released} (python {minor}'s release; the row's date {date} is older)"
+        return (
+            released,
+            f"seeds as of {released} (python {minor}'s release; the row's date {date} is older)",
+        )
     return date, ""
 
 
@@ -66,7 +69,10 @@ def install_seeds(python: str, cut: str, overrides: list[str], check) -> dict[st
     dated = [s for s in SEEDS if s not in over]
     args = ["pip", "install", "--python", python]
     if dated:
-        check(run_uv(*args, *_cut_args(cut), *dated), "uv " + " ".join([*args, *_cut_args(cut), *dated]))
+        check(
+            run_uv(*args, *_cut_args(cut), *dated),
+            "uv " + " ".join([*args, *_cut_args(cut), *dated]),
+        )
     if over:
         check(run_uv(*args, *over.values()), "uv " + " ".join([*args, *over.values()]))
     have = installed(python)
@@ -108,4 +114,11 @@ def build_constraints(python: str, cut: str, path: Path) -> list[str]:
     return lines
 
 
-__all__ = ["BUILD_BACKENDS", "PYTHON_RELEASED", "SEEDS", "build_constraints", "install_seeds", "seed_cut"]
+__all__ = [
+    "BUILD_BACKENDS",
+    "PYTHON_RELEASED",
+    "SEEDS",
+    "build_constraints",
+    "install_seeds",
+    "seed_cut",
+]
