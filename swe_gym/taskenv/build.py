@@ -201,6 +201,9 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
                 out.write(f"{p.stderr}\n{dropped}\n")
             p = run_uv(*args, *recipe.packages, *reqs)
         _check(p, "uv " + " ".join([*args, *recipe.packages, *reqs]), log)
+    if recipe.extra_packages:  # named by an override: not subject to the date
+        args = ["pip", "install", "--python", py, *recipe.extra_packages]
+        _check(run_uv(*args), "uv " + " ".join(args), log)
     generated: list[str] = []
     constraints: list[str] = []
     if need_pip:
@@ -238,6 +241,7 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
         "interpreter_prefix": host_prefix(interp.path),
         "note": note,
         "packages": recipe.packages,
+        "extra_packages": recipe.extra_packages,
         "install": recipe.install,
         "setup_commit": recipe.setup_commit,
         "install_commit": recipe.install_commit,

@@ -8,7 +8,9 @@ the file; its ``pip_packages`` and ``exclude_newer`` are the recipe's own):
 
 - ``seed``: requirement strings for the seed packages (``pip``, ``setuptools``, ``wheel``) that
   replace the date's pick of that package (``["setuptools<60"]``);
-- ``pip_packages``: extra packages, appended to the recipe's;
+- ``pip_packages``: extra packages, installed after the recipe's and without the date (what
+  the sandbox's lack of network makes necessary: ``pydicom-data`` holds the test files
+  pydicom's tests would download);
 - ``exclude_newer``: the resolution date (``YYYY-MM-DD``) instead of the setup commit's;
 - ``install_at``: ``"base"`` (default: the row's ``base_commit``, where SWE-bench's harness
   runs the install step) or ``"setup"`` (``environment_setup_commit``);

@@ -57,6 +57,7 @@ class Recipe:
     install_inputs: str = ""  # digest of the files at install_commit an install reads
     exclude_newer: str = ""  # YYYY-MM-DD
     seed: list[str] = field(default_factory=list)  # overrides of the date's pip/setuptools/wheel
+    extra_packages: list[str] = field(default_factory=list)  # an override's, installed undated
     build_constraints: bool = True  # the install step's build dependencies as of the date
     env_vars: dict[str, str] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)  # parts the uv builder cannot do
@@ -128,7 +129,7 @@ def recipe_for(task: Task, read_file=None, commit_date=None, install_inputs=None
         return Recipe("none", env_vars=dict(spec.get("env_vars") or {}))
     over = overrides_for(task.repo, task.version, task.instance_id, task.install_config)
     unsupported: list[str] = []
-    packages = _as_list(spec.get("pip_packages")) + list(over.get("pip_packages", []))
+    packages = _as_list(spec.get("pip_packages"))
     reqs: dict[str, str] = {}
     setup = task.environment_setup_commit or task.base_commit
     pk = spec.get("packages") or ""
@@ -171,6 +172,7 @@ def recipe_for(task: Task, read_file=None, commit_date=None, install_inputs=None
         install_inputs=digest,
         exclude_newer=m.group(0) if m else "",
         seed=list(over.get("seed", [])),
+        extra_packages=list(over.get("pip_packages", [])),
         build_constraints=bool(over.get("build_constraints", True)),
         env_vars={str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()},
         unsupported=unsupported,
@@ -182,6 +184,8 @@ def host_satisfies(recipe: Recipe) -> bool:
     same minor version (or none asked),
     every package requirement met by an installed distribution, nothing to install or run."""
     if recipe.requirements or recipe.install or recipe.pre_install or recipe.unsupported:
+        return False
+    if recipe.extra_packages:
         return False
     if recipe.python and recipe.python != f"{sys.version_info[0]}.{sys.version_info[1]}":
         return False

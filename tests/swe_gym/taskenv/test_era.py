@@ -79,3 +79,15 @@ def test_the_install_runs_at_the_base_commit(repos, tmp_path, monkeypatch):
     assert at_setup.manifest["install_commit"] == row["environment_setup_commit"]
     report = grade_patch(task, row["patch"], sandbox_options=opts)
     assert not report.resolved and report.p2p_failed == row["PASS_TO_PASS"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow  # the first environment image copies an interpreter
+def test_docker_grades_on_the_same_era_environment(docker_client, repos):
+    """The Docker backend copies the host-built environment in: the era's setuptools (with
+    ``pkg_resources``) is what the row's tests import there too."""
+    row = pkgres_repo(repos)
+    task, opts = normalise_row(row), {"repos_dir": str(repos), "pull_policy": "never"}
+    empty = grade_patch(task, "", backend="docker", sandbox_options=opts)
+    assert empty.f2p_failed == row["FAIL_TO_PASS"] and not empty.p2p_failed, empty
+    assert grade_patch(task, row["patch"], backend="docker", sandbox_options=opts).resolved

@@ -10,7 +10,8 @@ import pytest
 
 from swe_gym.taskenv import specs, uses_host
 from swe_gym.taskenv.pythons import PythonNotFound, choose, installed
-from swe_gym.taskenv.recipe import Recipe, host_satisfies, recipe_for
+from swe_gym.taskenv import overrides
+from swe_gym.taskenv.recipe import Recipe, host_satisfies, inputs_digest, recipe_for
 from swe_gym.tasks import normalise_row
 
 HOST = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -110,3 +111,64 @@ def test_interpreters_come_from_the_machine_and_a_missing_one_is_named():
     assert nearest.version[0] == 3 and "nearest" in note
     with pytest.raises(PythonNotFound, match="uv cannot make environments for Python 2.7"):
         choose("2.7", allow_nearest=True)
+
+
+def test_rows_whose_install_reads_the_same_files_share_an_environment():
+    cfg = {"python": "3.9", "install": "pip install -e ."}
+    trees = {
+        "a" * 40: [("setup.py", "s1"), ("lib/x.py", "x1")],
+        "b" * 40: [("setup.py", "s1"), ("lib/x.py", "x2")],  # only code changed
+        "c" * 40: [("setup.py", "s2"), ("lib/x.py", "x2")],  # the setup file changed
+        "d" * 40: [("setup.py", "s1"), ("lib/x.py", "x1"), ("lib/_speed.c", "c1")],
+    }
+    inputs = lambda commit: inputs_digest(trees[commit])  # noqa: E731
+    key = {
+        c: recipe_for(_task(instance_id=f"r-{c[0]}", base_commit=c, install_config=cfg),
+                      install_inputs=inputs)
+        for c in trees
+    }  # fmt: skip
+    assert key["a" * 40].install_commit == "a" * 40  # the base commit, as SWE-bench installs
+    assert key["a" * 40].key == key["b" * 40].key
+    assert key["c" * 40].key != key["a" * 40].key and key["d" * 40].key != key["a" * 40].key
+    # without a clone to read the inputs from, the commit itself keys it
+    alone = [recipe_for(_task(base_commit=c, install_config=cfg)).key for c in ("a" * 40, "b" * 40)]
+    assert alone[0] != alone[1]
+
+
+def test_overrides_by_repository_version_and_row(tmp_path, monkeypatch):
+    table = {
+        "me/lib": {"seed": ["setuptools<60"], "pip_packages": ["lib-data"]},
+        "me/lib@1.0": {"install_at": "setup"},
+        "r-2": {"seed": ["setuptools<58"], "build_constraints": False},
+    }
+    (tmp_path / "o.json").write_text(json.dumps(table))
+    monkeypatch.setenv(overrides.OVERRIDES_ENV, str(tmp_path / "o.json"))
+    overrides.clear_cache()
+    cfg = {"python": "3.9", "install": "pip install -e ."}
+    row = {"version": "1.0", "environment_setup_commit": "e" * 40, "install_config": cfg}
+    one = recipe_for(_task(**row))
+    assert one.seed == ["setuptools<60"] and one.extra_packages == ["lib-data"]
+    assert one.install_commit == "e" * 40 and one.build_constraints
+    two = recipe_for(_task(instance_id="r-2", **row))
+    assert two.seed == ["setuptools<58"] and not two.build_constraints
+    other = recipe_for(_task(**{**row, "version": "2.0"}))
+    assert other.install_commit == "0" * 40  # the base commit: no version entry applies
+    own = recipe_for(_task(**{**row, "install_config": {**cfg, "install_at": "base"}}))
+    assert own.install_commit == "0" * 40  # the row's own install_config wins
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ({"me/lib": {"seeds": ["pip<20"]}}, r"'seeds'.*accepted: seed, pip_packages"),
+        ({"me/lib": {"install_at": "head"}}, r"install_at='head'; accepted: base, setup"),
+        ({"me/lib": {"seed": "pip<20"}}, r"seed must be a list"),
+        (["me/lib"], r"expected a mapping"),
+    ],
+)
+def test_a_malformed_override_names_the_field(tmp_path, monkeypatch, table, match):
+    (tmp_path / "o.json").write_text(json.dumps(table))
+    monkeypatch.setenv(overrides.OVERRIDES_ENV, str(tmp_path / "o.json"))
+    overrides.clear_cache()
+    with pytest.raises(overrides.OverridesError, match=match):
+        recipe_for(_task(install_config={"python": "3.9"}))
