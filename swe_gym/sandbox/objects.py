@@ -199,6 +199,22 @@ def _build(repo: Path, sha: str, out: Path, parent: BasePack | None) -> None:
     (out / "done").write_text(sha + "\n")
 
 
+def _missing_files(repo: Path, sha: str) -> list[str]:
+    """Paths of ``sha``'s tree whose blobs the clone lacks (best effort: [] when unreadable)."""
+    try:
+        listing = host_git("ls-tree", "-r", "-z", sha, cwd=repo).split(b"\0")
+        entries = [e.split(b"\t", 1) for e in listing if b"\t" in e]
+        ids = [meta.split()[2] for meta, _ in entries]
+        check = host_git("cat-file", "--batch-check", cwd=repo, input=b"\n".join(ids) + b"\n")
+    except (SandboxError, IndexError):
+        return []
+    return [
+        path.decode("utf-8", "replace")
+        for (_, path), line in zip(entries, check.splitlines(), strict=False)
+        if line.endswith(b" missing")
+    ]
+
+
 def _pack_readable(repo: Path, sha: str, pack: Path) -> bytes:
     """Pack the longest history below ``sha`` that reads whole (down to the base alone);
     returns the shallow commits. SandboxError naming the object when the base's own tree is
@@ -218,7 +234,12 @@ def _pack_readable(repo: Path, sha: str, pack: Path) -> bytes:
             for p in pack.parent.iterdir():
                 p.unlink()
             if depth == 0:
-                raise SandboxError(f"the base commit {sha}'s own tree is incomplete: {e}") from None
+                missing = _missing_files(repo, sha)
+                named = f" (missing: {', '.join(missing[:5])})" if missing else ""
+                raise SandboxError(
+                    f"the clone {repo} lacks files of commit {sha}{named}: its tree is "
+                    f"incomplete (a partial or size-capped copy?): {e}"
+                ) from None
             continue
         have, shallow = set(commits), []
         for c in commits:  # cat-file reads the commit alone (rev-list would read its parents)

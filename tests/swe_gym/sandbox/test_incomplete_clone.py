@@ -75,5 +75,6 @@ def test_an_object_missing_from_the_base_tree_is_named(tmp_path):
     row, repos = _repo(tmp_path)
     repo = repos / "gen__holes"
     os.unlink(_loose(repo, git(repo, "rev-parse", "HEAD:calc.py").strip()))
-    with pytest.raises(SandboxError, match="own tree is incomplete"):
+    base = row["base_commit"]
+    with pytest.raises(SandboxError, match=f"lacks files of commit {base} \\(missing: calc.py\\)"):
         LocalSandbox(normalise_row(row), repos_dir=repos).start()
