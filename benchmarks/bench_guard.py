@@ -99,12 +99,13 @@ def run_suite(suite: str, python: str, tests: str, patched: list[str], repeat: i
     import subprocess
     import tempfile
 
+    from swe_gym.grading import verdict
+
     here = Path(__file__).resolve().parent.parent / "swe_gym" / "grading"
     root = str(Path(suite).resolve())
     folder = Path(tempfile.mkdtemp(prefix="bench-guard-"))
-    (folder / "swe_gym_verdict.py").write_bytes((here / "verdict_plugin.py").read_bytes())
-    (folder / "swe_gym_guard.py").write_bytes((here / "guard.py").read_bytes())
-    (folder / "swe_gym_guard_checks.py").write_bytes((here / "guard_checks.py").read_bytes())
+    for module, name in verdict.SHIPPED.items():
+        (folder / f"{module}.py").write_bytes((here / name).read_bytes())
     files = sorted(str(p.relative_to(root)) for p in Path(root, tests).rglob("test_*.py"))
     times: dict[bool, list[float]] = {True: [], False: []}
     tampered: list[str] = []

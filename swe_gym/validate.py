@@ -107,13 +107,11 @@ def validate_task(
     problems = v.problems
     before, log = grade_logged(task, "", backend, options, rule)
     v.verdicts["empty"] = {"ours": before.resolved, "swebench": swebench_verdict(task, log)}
-    if before.reason in (
-        "test_patch_failed",
-        "tests_timed_out",
-        "suite_did_not_run",
-        "grading_error",
-    ):
+    crashed = before.reason in ("tests_timed_out", "suite_did_not_run")
+    if before.reason in ("test_patch_failed", "grading_error"):
         problems.append(f"before the fix: {before.reason} {before.detail}".strip())
+    elif crashed:
+        pass  # the bug itself may crash the runner (pytest-7168): a problem only if gold fails too
     else:
         passing_f2p = [t for t in task.FAIL_TO_PASS if t not in before.f2p_failed]
         if passing_f2p:
@@ -122,6 +120,8 @@ def validate_task(
             problems.append(f"P2P tests fail before the fix: {before.p2p_failed}")
     after, log = grade_logged(task, task.patch, backend, options, rule)
     v.verdicts["gold"] = {"ours": after.resolved, "swebench": swebench_verdict(task, log)}
+    if crashed and not after.resolved:
+        problems.append(f"before the fix: {before.reason} {before.detail}".strip())
     if not after.resolved:
         detail = after.f2p_failed + after.p2p_failed
         msg = f"gold patch does not resolve: {after.reason} {after.detail} {detail or ''}".strip()

@@ -20,11 +20,19 @@ from the agent's sandbox, as bytes):
    PASSED (an XFAIL, XPASS or skip is not a fix) and every PASS_TO_PASS test passing by the
    ``swebench`` rule; ``"official"`` is ``swebench``'s rule (``get_eval_tests_report``,
    ``get_resolution_status``: PASSED or XFAIL pass, a skipped F2P fails, a skipped P2P is no
-   regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``).
+   regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``). Test ids of a
+   row that no test file can define (not ``path::name``: ``[100%]`` and ``[``, which
+   swebench's parser keys from an inner pytest's progress lines in pytest's own repository)
+   are listed in ``log_only``; no record can back them and they stand for no test, so forging
+   their line gains nothing: ``"official"`` judges them on the log as swebench does, ``"rl"``
+   leaves them out (``verdict.log_only``).
 6. The tests run under the plugin's runtime guard (``swe_gym.grading.guard``): what the
    patched code did to the test process (tracing hooks, ``gc`` walks, swapped code, replaced
    modules, wrapped helpers) makes the run ``tampered``; node ids no test file can define are
-   ``injected_tests``, and the records back a test only by its exact node id.
+   ``injected_tests``, and the records back a test only by its exact node id (or, for an id
+   the parser cut at a space, by every node id it was cut from). Where the patch changes the
+   test runner's own modules (pytest's repository, installed from the tree) the guard cannot
+   stand apart from the runner: they are listed in ``runner_patched`` (SECURITY.md).
 7. ``swe_gym.grading.forgery`` reads the files the patch changed as they are in the tree
    (NFKC-normalised) for the known forgery families; findings are ``suspect`` (what they earn
    is the env's ``suspect_policy``). Native code or bytecode in the patch is ``native_code``.
@@ -103,6 +111,8 @@ class GradingReport:
     suspect: list[str] = field(default_factory=list)  # swe_gym.grading.forgery findings
     tampered: list[str] = field(default_factory=list)  # the runtime guard's findings (guard.py)
     injected_tests: list[str] = field(default_factory=list)  # node ids no test file defines
+    log_only: list[str] = field(default_factory=list)  # task test ids no node id makes (step 5)
+    runner_patched: list[str] = field(default_factory=list)  # the runner's modules (step 6)
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
     parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
     needs_network: list[str] = field(default_factory=list)  # failed for want of it (offline.py)
@@ -232,7 +242,7 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     )
     res = verdict.read_channel(sandbox, channel) if channel is not None else None
     if res is not None:
-        report.injected_tests = verdict.injected(res)
+        report.injected_tests, report.runner_patched = verdict.injected(res), res.runner_patched
     if run.timed_out:
         report.reason = "tests_timed_out"
     elif res is not None and res.tampered:  # also when the veto stopped the suite itself
@@ -243,9 +253,7 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
     elif res is not None:
         _check_channel(report, task, run, res, parser)
     _finish(report, task, run.status, ran=not run.timed_out)
-    report.needs_network = offline.network_failures(
-        run.log, report.f2p_failed + report.p2p_failed
-    )
+    report.needs_network = offline.network_failures(run.log, report.f2p_failed + report.p2p_failed)
 
 
 def _check_channel(
@@ -277,24 +285,25 @@ def _finish(
     report.status, report.parsed = status, len(status)
     if ran:
         report.missing = [t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if t not in status]
-    if not task.FAIL_TO_PASS and report.reason is None:
+    report.log_only = verdict.log_only(task.FAIL_TO_PASS + task.PASS_TO_PASS)
+    f2p_ids, p2p_ids = task.FAIL_TO_PASS, task.PASS_TO_PASS
+    if report.rule == "rl":  # ids no test file can define stand for no test: left out
+        f2p_ids = [t for t in f2p_ids if t not in report.log_only]
+        p2p_ids = [t for t in p2p_ids if t not in report.log_only]
+    if not f2p_ids and report.reason is None:
         report.reason = "no_fail_to_pass"  # the swebench rule would count it resolved
     judged = status
     if report.rule == "rl":  # a fix makes its failing tests pass, not xfail or skip
         judged = {
             **status,
-            **{t: "FAILED" for t in task.FAIL_TO_PASS if status.get(t, "PASSED") != "PASSED"},
+            **{t: "FAILED" for t in f2p_ids if status.get(t, "PASSED") != "PASSED"},
         }
-    tests = get_eval_tests_report(
-        judged, {FAIL_TO_PASS: task.FAIL_TO_PASS, PASS_TO_PASS: task.PASS_TO_PASS}
-    )
+    tests = get_eval_tests_report(judged, {FAIL_TO_PASS: f2p_ids, PASS_TO_PASS: p2p_ids})
     f2p, p2p = tests[FAIL_TO_PASS], tests[PASS_TO_PASS]
-    report.f2p_failed = [t for t in task.FAIL_TO_PASS if t not in f2p["success"]]
-    report.p2p_failed = [t for t in task.PASS_TO_PASS if t not in p2p["success"]]
-    report.f2p_pass = 1 - len(report.f2p_failed) / max(1, len(task.FAIL_TO_PASS))
-    report.p2p_pass = (
-        1 - len(report.p2p_failed) / max(1, len(task.PASS_TO_PASS)) if task.PASS_TO_PASS else 1.0
-    )
+    report.f2p_failed = [t for t in f2p_ids if t not in f2p["success"]]
+    report.p2p_failed = [t for t in p2p_ids if t not in p2p["success"]]
+    report.f2p_pass = 1 - len(report.f2p_failed) / max(1, len(f2p_ids))
+    report.p2p_pass = 1 - len(report.p2p_failed) / max(1, len(p2p_ids)) if p2p_ids else 1.0
     if report.reason is None:
         full = (
             not report.f2p_failed

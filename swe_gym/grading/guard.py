@@ -51,17 +51,19 @@ def install(config, key, path, emit_code, trusted_sources):
 
     here = os.path.dirname(os.path.abspath(__file__))
     spaces = []
-    for name in ("swe_gym_guard_checks.py", os.path.basename(__file__)):
+    files = ("checks", "events", "io")
+    for name in ["swe_gym_guard_%s.py" % n for n in files] + [os.path.basename(__file__)]:
         with open(os.path.join(here, name), "rb") as f:
             source = f.read()
         space = {"__builtins__": dict(vars(builtins)), "__name__": "swe_gym_private"}
         exec(compile(source, os.path.join(here, name), "exec"), space)
         spaces.append(space)
-    checks, guard = spaces
-    return guard["_install"](config, key, path, emit_code, trusted_sources, checks["_checks"])
+    checks, events, io, guard = spaces
+    makers = (checks["_checks"], events["_events"], io["_io"])
+    return guard["_install"](config, key, path, emit_code, trusted_sources, makers)
 
 
-def _install(config, key, path, emit_code, trusted_sources, make_checks):
+def _install(config, key, path, emit_code, trusted_sources, makers):
     import _thread
     import builtins
     import os
@@ -77,11 +79,8 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
 
     # Bound now: code of the patch may later swap any module attribute, not these references.
     b_getattr, b_isinstance, b_len, b_str, b_bytes = getattr, isinstance, len, str, bytes
-    b_int, b_list, b_tuple, b_type, b_any = int, list, tuple, type, any
-    b_vars, b_id, b_repr = vars, id, repr
-    o_open, o_write, o_fstat, o_stat, o_lstat = os.open, os.write, os.fstat, os.stat, os.lstat
-    o_readlink, o_getcwd, o_getpid = os.readlink, os.getcwd, os.getpid
-    o_read, o_close, o_rdonly = os.read, os.close, os.O_RDONLY
+    b_int, b_type, b_any, b_vars, b_id = int, type, any, vars, id
+    o_getcwd = os.getcwd
     getframe, get_ident = sys._getframe, _thread.get_ident
     # Safe looks at objects the patch may have made: descriptors of the built-in types, so no
     # ``__getattr__``, property or metaclass of the patch's runs inside the hook.
@@ -104,68 +103,10 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
     lock = _thread.RLock()
     busy = _thread._local()
 
-    fd = o_open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    boot = o_fstat(fd).st_ctime  # the file system's clock, as the ctimes compared with it
-
-    def resolve(name):
-        """``os.path.realpath`` from bound primitives (the stdlib one reads module globals)."""
-        if not b_isinstance(name, b_str):
-            return None
-        if not name.startswith("/"):
-            name = o_getcwd() + "/" + name
-        parts, out, hops = name.split("/"), [], 0
-        while parts:
-            part = parts.pop(0)
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if out:
-                    out.pop()
-                continue
-            cur = "/" + "/".join(out + [part])
-            try:
-                mode = o_lstat(cur).st_mode
-            except (OSError, ValueError):
-                out.append(part)
-                continue
-            if mode & 0o170000 == 0o120000 and hops < 40:
-                hops += 1
-                target = o_readlink(cur)
-                if target.startswith("/"):
-                    out = []
-                parts = target.split("/") + parts
-                continue
-            out.append(part)
-        return "/" + "/".join(out)
-
-    def written_after(real):
-        cur = real
-        while cur and cur != "/":
-            try:
-                return o_stat(cur).st_ctime > boot
-            except (OSError, ValueError):
-                cur = cur.rsplit("/", 1)[0]
-        return True
-
-    def same_bytes(name, source):
-        if not b_isinstance(source, (b_bytes, b_str)) or not b_isinstance(name, b_str):
-            return False
-        try:
-            f = o_open(name, o_rdonly)
-        except OSError:
-            return False
-        try:
-            chunks = []
-            while True:
-                chunk = o_read(f, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            o_close(f)
-        if b_isinstance(source, b_str):
-            source = source.encode("utf-8", "surrogateescape")
-        return b"".join(chunks) == source
+    make_checks, make_events, make_io = makers
+    io = make_io(key, path, hmac_digest, lock)
+    resolve, written_after, same_bytes = io["resolve"], io["written_after"], io["same_bytes"]
+    write, flush = io["write"], io["flush"]
 
     def is_type(obj):
         return bool(type_flags(b_type(obj)) & (1 << 31))
@@ -183,58 +124,22 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
     patched = set(resolve(root + "/" + p) for p in config.get("patched", []))
     tests = set(resolve(root + "/" + p) for p in config.get("tests", []))
     watched = set(config.get("watched", []))
-    runner_dirs = []
+    runner_dirs, runner_tree = [], []
     for name in ("_pytest", "pytest", "pluggy", "py"):
         f = b_getattr(modules.get(name), "__file__", None)
         if f:
             d = resolve(f.rsplit("/", 1)[0] if f.endswith("__init__.py") else f)
-            if d and not d.startswith(root + "/"):  # a runner under test is not protected
+            if d and d.startswith(root + "/"):  # a runner under test is not protected
+                runner_tree.append(d)
+            elif d:
                 runner_dirs.append(d)
-
-    def jstr(s):
-        out = s.replace("\\", "\\\\").replace('"', '\\"')
-        if b_any(ord(c) < 32 for c in out):
-            out = "".join(c if ord(c) >= 32 else "\\u%04x" % ord(c) for c in out)
-        return '"' + out + '"'
-
-    def jdump(v):
-        if v is None:
-            return "null"
-        if v is True or v is False:
-            return "true" if v else "false"
-        if b_type(v) is b_int:
-            return "%d" % v
-        if b_type(v) is b_list or b_type(v) is b_tuple:
-            return "[" + ",".join([jdump(x) for x in v]) + "]"
-        if b_type(v) is b_str:
-            if v.isprintable() and '"' not in v and "\\" not in v:
-                return '"' + v + '"'
-            return jstr(v)
-        return jstr(b_str.__str__(v) if b_isinstance(v, b_str) else b_repr(v))
-
-    seq = [0]
-
-    buf = []
-
-    def flush():
-        with lock:
-            if buf:
-                o_write(fd, b"".join(buf))
-                del buf[:]
-
-    def write(*record):
-        """Sign and buffer a record; the buffer goes out at each test's last record, at the
-        session's start and end, and with any tamper record (a run cut short loses its ``end``
-        either way: a lost buffer changes no verdict)."""
-        with lock:
-            seq[0] += 1
-            raw = jdump([o_getpid(), seq[0]] + b_list(record)).encode("utf-8", "surrogateescape")
-            mac = hmac_digest(key, raw, "sha256").hex()
-            buf.append(mac.encode("ascii") + b"\t" + raw + b"\n")
-            kind = record[0]
-            last = kind == "rep" and b_len(record) > 2 and record[2] == "teardown"
-            if last or kind in ("start", "end", "tamper") or b_len(buf) >= 64:
-                flush()
+    # The runner's own modules the patch changed (pytest's repository, installed from the
+    # tree): they are the runner, on every stack the runner makes, as an installed pytest is;
+    # nothing they do is the patch's (SECURITY.md). The report names them.
+    runner_files = set(
+        p for p in patched if b_any(p == d or p.startswith(d + "/") for d in runner_tree)
+    )
+    patched = patched - runner_files
 
     names = {}  # filename -> untrusted? (cache)
     made = set()  # names of code made while untrusted code ran
@@ -321,148 +226,13 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
         if veto:
             raise Tampered("the grader refused this operation (%s)" % kind)
 
-    def strict(event, args, frame):
-        who = culprit(frame)
-        if who is None and get_ident() != main_ident and not event.startswith("sys.monitoring"):
-            who = "another thread"  # a pool thread runs what the patch handed it, frame-less
-        if who is not None:
-            tamper(event, "from %s" % who)
-
-    def on_trace(event, args, frame):
-        if get_ident() == main_ident:
-            strict(event, args, frame)
-        else:  # threading installs its hook in each new thread: the hook is what counts
-            who = culprit(frame)
-            if who is not None:
-                tamper(event, "from %s" % who)
-        hook = threading_dict.get("_trace_hook" if event == "sys.settrace" else "_profile_hook")
-        if hook is not None and get_ident() != main_ident and not trusted_callable(hook):
-            tamper(event, "threading hook %s" % describe(hook))
-
-    def on_setattr(event, args, frame):
-        obj, attr = args[0], args[1]
-        if b_type(obj) is not function_type or b_type(attr) is not b_str:
-            return
-        if attr not in ("__code__", "__defaults__", "__kwdefaults__"):
-            return
-        target = obj.__code__.co_filename
-        if protected(target):
-            tamper("function." + attr, "of %s" % describe(obj))
-        who = culprit(frame)
-        if who is not None and not untrusted_file(target):
-            tamper("function." + attr, "of %s from %s" % (describe(obj), who))
-
-    def on_made(name, source, frame, from_loader):
-        genuine = from_loader and same_bytes(name, source)
-        if genuine:
-            return
-        if protected(name):
-            tamper("code made as %s" % (name,), "from %s" % culprit(frame))
-        made.add(name)
-        names.pop(name, None)
-
-    def on_compile(event, args, frame):
-        if culprit(frame) is None:
-            return
-        name = args[1] if b_len(args) > 1 else None
-        on_made(name, args[0], frame, frame.f_code.co_filename.startswith("<frozen importlib"))
-
-    def on_code_new(event, args, frame):
-        if frame is not None and frame.f_code.co_name in ("_compile_bytecode", "get_code"):
-            return  # unmarshalled by the importer: on_marshal decides
-        if culprit(frame) is not None:
-            on_made(args[1], None, frame, False)
-
-    resolved = {}
-
-    code_type = b_type(_install.__code__)
-
-    def on_exec(event, args, frame):
-        """Test-file code run with untrusted code on the stack is tampering; a test module's
-        code run by pytest from a clean stack, its file unchanged since the start, is the code
-        its tests must run (``_checks``: compared by identity)."""
-        code = args[0]
-        if b_type(code) is not code_type:
-            return
-        name = code.co_filename
-        if b_type(name) is not b_str:
-            return
-        real = resolved.get(name)
-        if real is None:
-            real = resolved[name] = resolve(name)
-        if real not in tests:
-            return
-        who = culprit(frame)
-        if who is not None:
-            tamper(event, "of test code %s from %s" % (name, who))
-        elif event == "exec" and code.co_name == "<module>" and not written_after(real):
-            checks["loaded"](real, code)
-
-    def on_marshal(event, args, frame):
-        if frame is not None and frame.f_code.co_name == "_read_pyc":  # pytest's rewrite cache
-            pyc, src = frame.f_locals.get("pyc"), frame.f_locals.get("source")
-            if pyc is not None and written_after(resolve(b_str(pyc))):
-                checks["fresh"](resolve(b_str(src)))  # not as read at the start: compile it
-        who = culprit(frame)
-        if who is None:
-            return
-        if frame is not None and frame.f_code.co_name == "_compile_bytecode":
-            loc = frame.f_locals
-            pyc, src = loc.get("bytecode_path"), loc.get("source_path")
-            if src and pyc and not untrusted_file(src) and not written_after(resolve(pyc)):
-                return
-            if src and pyc:  # a cache written during this run: its source's frames untrusted
-                made.add(src)
-                names.pop(src, None)
-                return
-        tamper(event, "code unmarshalled with %s on the stack" % who)
-
-    def on_import(event, args, frame):
-        name = args[1] if b_len(args) > 1 else None
-        if b_isinstance(name, b_str) and name.endswith((".so", ".pyd", ".dylib")):
-            real = resolve(name)
-            if real is None or real in patched or written_after(real):
-                tamper("native import", "%s (%s)" % (args[0], name))
-        elif args[0] in ("ctypes", "_ctypes"):
-            who = culprit(frame)
-            if who is not None:
-                tamper("import ctypes", "from %s" % who)
-
-    def on_dlopen(event, args, frame):
-        name = args[0]
-        if b_isinstance(name, b_str) and "/" in name:
-            real = resolve(name)
-            if real is None or real in patched or written_after(real):
-                tamper(event, name)
-        strict(event, args, frame)
-
-    def on_open(event, args, frame):
-        name = args[0]
-        t = b_type(name)
-        if t is b_int or not grader_dir:
-            return
-        if t is b_bytes:
-            name = name.decode("utf-8", "surrogateescape")
-        elif t is not b_str:
-            if t in path_types:
-                name = b_str(name)  # pathlib's own __str__ (trusted code)
-            else:  # a path-like of the patch's: its __fspath__ may answer twice differently
-                who = culprit(frame)
-                if who is not None:
-                    tamper("open", "a path object %s from %s" % (describe(name), who))
-                return
-        real = resolve(name)
-        if real and (real == grader_dir or real.startswith(grader_dir + "/")):
-            who = culprit(frame)
-            if who is not None:
-                tamper("open grader file", "%s from %s" % (name, who))
-
     checks = make_checks(
         config=config,
         trusted_sources=trusted_sources,
         tamper=tamper,
         untrusted_file=untrusted_file,
         trusted_callable=trusted_callable,
+        from_imports=io["from_imports"],
         resolve=resolve,
         tests=tests,
         root=root,
@@ -479,12 +249,6 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
             "sys_dict": sys_dict,
             "threading_dict": threading_dict,
         },
-    )
-
-    import pathlib
-
-    path_types = tuple(
-        c for c in vars(pathlib).values() if is_type(c) and c.__module__ == "pathlib"
     )
 
     run = {"current": None, "collected": None, "ended": False}
@@ -537,41 +301,37 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
             return
         write(*args)
 
-    handlers = {
-        "sys.settrace": on_trace,
-        "sys.setprofile": on_trace,
-        "object.__setattr__": on_setattr,
-        "compile": on_compile,
-        "code.__new__": on_code_new,
-        "exec": on_exec,
-        "function.__new__": on_exec,
-        "marshal.loads": on_marshal,
-        "marshal.load": on_marshal,
-        "import": on_import,
-        "ctypes.dlopen": on_dlopen,
-        "open": on_open,
-        "os.remove": on_open,
-        "os.rename": on_open,
-        "os.truncate": on_open,
-        "swe_gym.verdict": on_record,
-    }
-    for event in (
-        "sys.monitoring.register_callback",
-        "gc.get_objects",
-        "gc.get_referrers",
-        "gc.get_referents",
-        "sys._current_frames",
-        "ctypes.cdata",
-        "ctypes.cdata/buffer",
-        "ctypes.string_at",
-        "ctypes.wstring_at",
-        "ctypes.dlsym",
-        "ctypes.dlsym/handle",
-        "ctypes.call_function",
-    ):
-        handlers[event] = strict
+    handlers = make_events(
+        {
+            "types": (b_type, b_len, b_str, b_bytes, b_int),
+            "tamper": tamper,
+            "culprit": culprit,
+            "untrusted_file": untrusted_file,
+            "trusted_callable": trusted_callable,
+            "resolve": resolve,
+            "written_after": written_after,
+            "same_bytes": same_bytes,
+            "protected": protected,
+            "describe": describe,
+            "is_type": is_type,
+            "patched": patched,
+            "tests": tests,
+            "made": made,
+            "names": names,
+            "get_ident": get_ident,
+            "main_ident": main_ident,
+            "threading_dict": threading_dict,
+            "function_type": function_type,
+            "code_type": b_type(_install.__code__),
+            "grader_dir": grader_dir,
+            "stdlib": resolve(threading.__file__.rsplit("/", 1)[0]),
+            "checks": checks,
+        }
+    )
+    handlers["swe_gym.verdict"] = on_record
     handlers_get = handlers.get
-    own_file = _install.__code__.co_filename
+    here = _install.__code__.co_filename.rsplit("/", 1)[0]
+    own_files = set(here + "/swe_gym_guard%s.py" % n for n in ("", "_io", "_events"))
 
     def hook(event, args):
         """Events the guard's own code raises while it works are passed over; any other code
@@ -582,7 +342,7 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
             return
         frame = getframe(1)
         was = b_getattr(busy, "on", False)
-        if was and frame is not None and frame.f_code.co_filename == own_file:
+        if was and frame is not None and frame.f_code.co_filename in own_files:
             return
         busy.on = True
         try:
@@ -590,6 +350,8 @@ def _install(config, key, path, emit_code, trusted_sources, make_checks):
         finally:
             busy.on = was
 
+    if runner_files:  # the report names them: the guard does not stand apart from the runner
+        write("runner", sorted(p[b_len(root) + 1 :] for p in runner_files))
     del builtins
     if not hasattr(sys, "addaudithook") or config.get("hook") is False:
         return write

@@ -16,7 +16,9 @@ and its safe readers passed in. What they compare, and when:
   object pytest compiled from the test file (``loaded``), or, when its rewrite cache is newer
   than the start, equal to the bytes read at the start compiled with the same rewriting; after
   each phase the same objects;
-- **bindings**: the test file's ``from X import Y`` names must still be ``X.Y``.
+- **bindings**: the test file's top-level ``from X import Y`` names (read from its syntax
+  tree) must be ``X.Y`` at collection, and after it either ``X.Y`` or as they were then (a
+  module imported again rebinds ``X.Y``, not the test's name).
 
 Findings are recorded through the guard's ``tamper`` (never raised).
 """
@@ -69,6 +71,7 @@ def _checks(
     tamper,
     untrusted_file,
     trusted_callable,
+    from_imports,
     resolve,
     tests,
     root,
@@ -234,7 +237,7 @@ def _checks(
         src = trusted_sources.get(real)
         if src is None:
             return None, [], False
-        binds = bindings(module, src)
+        binds = bindings(module, src, real)
         top = state["top"].get(real)
         if top is not None and real not in state["fresh"]:
             return defs_of(top), binds, True
@@ -248,30 +251,14 @@ def _checks(
                 rewrite_asserts(tree, real, config_obj)
         return defs_of(b_compile(tree, real, "exec", dont_inherit=True)), binds, False
 
-    import re
-
-    from_import = re.compile(
-        rb"^from[ \t]+([\w.]+)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)", re.M
-    )
-
-    def bindings(module, src):
-        """The test file's top-level ``from X import Y [as Z]`` (read from the bytes taken at
-        the start; relative imports and ``*`` left out): (module, X, Y, Z)."""
-        out = []
-        for m in from_import.finditer(src):
-            names = m.group(2).decode("utf-8", "replace").replace("\\\n", " ")
-            names = " ".join(line.split("#", 1)[0] for line in names.splitlines())
-            names = names.replace("(", " ").replace(")", " ")
-            for part in names.split(","):
-                part = part.strip()
-                if not part or part == "*":
-                    continue
-                bits = part.split()
-                if b_len(bits) == 3 and bits[1] == "as":
-                    out.append((module, m.group(1).decode(), bits[0], bits[2]))
-                elif b_len(bits) == 1:
-                    out.append((module, m.group(1).decode(), bits[0], bits[0]))
-        return out
+    def bindings(module, src, real):
+        """The test file's top-level ``from X import Y [as Z]`` bindings (``from_imports``,
+        read from the bytes taken at the start): [module, X, Y, Z, its value at collection]."""
+        try:
+            found = from_imports(src, real)
+        except Exception:  # not Python this interpreter reads: pytest could not import it
+            return []
+        return [[module, x, y, z, marker] for x, y, z in found]
 
     def defs_of(top):
         """(class or None, name, line) -> code, from a module's code object: functions at the
@@ -382,13 +369,22 @@ def _checks(
         check_bindings("collection")
 
     def check_bindings(where, only=None):
-        for module, src_mod, attr, local in state["bindings"]:
+        """Each binding is ``X.Y`` at collection (the value it holds then is kept); later a
+        binding that is not ``X.Y`` is tampering only when the test module's own name changed
+        since collection: a test or a library that imports ``X`` again (``del sys.modules``,
+        ``reload``) rebinds ``X.Y`` and leaves the test's name as it was, honestly."""
+        for binding in state["bindings"]:
+            module, src_mod, attr, local, kept = binding
             if only is not None and module is not only:
                 continue
             src = modules.get(src_mod)
             have = mod_dict(module).get(local, marker)
             if b_type(src) is not b_type(module) or have is marker:
                 continue  # absent, or not a plain module: nothing to compare by its dict
+            if where == "collection":
+                binding[4] = have
+            elif have is kept:
+                continue
             want = mod_dict(src).get(attr, marker)
             if want is not marker and want is not have:
                 tamper(

@@ -12,6 +12,13 @@ and sequence, ``channel_status`` turns the records into a status map keyed as th
 parser keys the log, and ``compare`` finds the task's tests whose logged result the records do
 not back. Grading fails such a run (``swe_gym.grading``).
 
+The records back a test by its exact node id. A key the parser cut at a space inside the
+parameters (``t.py::f[a`` from ``t.py::f[a b]``) is backed only when every node id it was cut
+from passed (``_lookup``). A key no test file can define (``node_id_form``: ``[100%]``, ``[``,
+made by swebench's parser from an inner pytest's progress lines, listed in published rows) can
+never be backed, and stands for no test: ``compare`` leaves it out, and grading judges it on
+the log under the ``official`` rule and not at all under ``rl`` (``log_only``).
+
 Applies to pytest runs (``PYTEST_PARSERS``); other runners (Django's, SymPy's) are graded on
 their log alone, and the report says so.
 """
@@ -91,15 +98,26 @@ class Channel:
     exports: str  # shell: write the plugin and key file, export what loads the plugin
 
 
+# Shipped as files: the plugin, the guard and its parts (``guard.install`` runs each part from
+# a private copy), by the module name each gets in the sandbox.
+SHIPPED = {
+    PLUGIN_MODULE: "verdict_plugin.py",
+    GUARD_MODULE: "guard.py",
+    f"{GUARD_MODULE}_checks": "guard_checks.py",
+    f"{GUARD_MODULE}_events": "guard_events.py",
+    f"{GUARD_MODULE}_io": "guard_io.py",
+}
+
+
 @functools.cache
-def _shipped() -> tuple[str, str, str]:
-    """The plugin, the guard and its checks as base64, read once per process: a run keeps the
+def _shipped() -> dict[str, str]:
+    """The shipped files as base64, by module name, read once per process: a run keeps the
     files it started with even if the checkout changes under it."""
     here = Path(__file__).parent
-    return tuple(  # type: ignore[return-value]
-        base64.b64encode((here / name).read_bytes()).decode()
-        for name in ("verdict_plugin.py", "guard.py", "guard_checks.py")
-    )
+    return {
+        module: base64.b64encode((here / name).read_bytes()).decode()
+        for module, name in SHIPPED.items()
+    }
 
 
 def prepare(
@@ -114,15 +132,13 @@ def prepare(
     folder = f"{work_dir}/verdict"
     root = sandbox.workdir.rstrip("/")
     path, keyfile = f"{folder}/{name}.rec", f"{root}/{folder}/{name}.key"
-    plugin, guard_code, checks_code = _shipped()
     guard_file = f"{folder}/{name}.json"
     sandbox.write_file(guard_file, json.dumps({"root": root, **(guard or {})}))
-    exports = (
-        f"mkdir -p {root}/{folder} && printf %s {plugin} | base64 -d > "
-        f"{root}/{folder}/{PLUGIN_MODULE}.py && printf %s {guard_code} | base64 -d > "
-        f"{root}/{folder}/{GUARD_MODULE}.py && printf %s {checks_code} | base64 -d > "
-        f"{root}/{folder}/{GUARD_MODULE}_checks.py && (umask 077; printf %s {key} > {keyfile}); "
+    exports = f"mkdir -p {root}/{folder} && " + "".join(
+        f"printf %s {code} | base64 -d > {root}/{folder}/{module}.py && "
+        for module, code in _shipped().items()
     )
+    exports += f"(umask 077; printf %s {key} > {keyfile}); "
     exports += "".join(
         f'export SWE_GYM_VERDICT_OLD_{v}="${{{v}-{_UNSET}}}"; '
         for v in ("PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONPATH")
@@ -152,6 +168,7 @@ class ChannelResult:
     plugins: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)  # the guard's findings (guard.py)
     conflicts: set[str] = field(default_factory=set)  # node ids recorded twice with two outcomes
+    runner_patched: list[str] = field(default_factory=list)  # the runner's modules, patched
     problem: str | None = None  # channel_missing | channel_forged | session_incomplete
     detail: str = ""
 
@@ -187,6 +204,8 @@ def read_channel(sandbox: Sandbox, channel: Channel) -> ChannelResult:
             out.ended += 1
         elif kind == "tamper":
             out.tampered.append(str(rest[1]))
+        elif kind == "runner":  # the guard cannot stand apart from a patched runner
+            out.runner_patched = sorted(set(out.runner_patched) | set(rest[0]))
         elif kind == "own":  # a node id run twice (two items, one id) keeps its worse outcome
             phases = out.own.setdefault(rest[0], {})
             if phases.get(rest[1], rest[2]) != rest[2]:
@@ -291,7 +310,9 @@ def injected(res: ChannelResult) -> list[str]:
 def _lookup(chan: dict[str, str], test: str) -> str | None:
     """``test``'s recorded status, by its exact node id. Some parsers key a line with its
     reason (``x - why``) or cut it at a space inside its parameters: then the record whose id
-    the key starts with, never one whose name part is not an identifier."""
+    the key starts with, never one whose name part is not an identifier; a key cut from
+    several node ids (``t.py::f[a`` from ``t.py::f[a b]`` and ``t.py::f[a c]``) passes only when
+    every one of them passed, else it has the status of the first that did not."""
     if test in chan:
         return chan[test]
     stems = [
@@ -302,10 +323,34 @@ def _lookup(chan: dict[str, str], test: str) -> str | None:
     ]
     if stems:
         return chan[max(stems, key=len)]
-    cut = [c for c in chan if c.startswith(test + " ") and "[" in test and "]" not in test]
-    return chan[cut[0]] if len(cut) == 1 else None
+    if "[" not in test or "]" in test:
+        return None
+    cut = sorted(c for c in chan if c.startswith(test + " "))
+    worse = [chan[c] for c in cut if chan[c] not in PASSING]
+    return (worse or [chan[c] for c in cut] or [None])[0]
+
+
+def node_id_form(test: str) -> bool:
+    """Whether a test file can define ``test``: ``path::name`` with a path of no spaces or
+    brackets. swebench's parsers also key lines that no node id makes (``[100%]`` and ``[``
+    from an inner pytest's progress, in pytest's own repository); published rows list them."""
+    path, sep, name = test.partition("::")
+    return bool(sep and path and name) and not any(c.isspace() or c in "[]" for c in path)
+
+
+def log_only(tests: list[str]) -> list[str]:
+    """The task's tests that no test file can define (``node_id_form``): no record can back
+    them, and they stand for no test, so forging their log line gains nothing. The ``official``
+    rule judges them on the log, as swebench does; the ``rl`` rule leaves them out (a row whose
+    FAIL_TO_PASS holds only such ids has nothing to fix: ``no_fail_to_pass``)."""
+    return [t for t in tests if not node_id_form(t)]
 
 
 def compare(log: dict[str, str], chan: dict[str, str], tests: list[str]) -> list[str]:
-    """The task's tests the log shows passing that the records do not show passing."""
-    return [t for t in tests if log.get(t) in PASSING and _lookup(chan, t) not in PASSING]
+    """The task's tests the log shows passing that the records do not show passing (the
+    ``log_only`` ones, which no record can back, left out)."""
+    return [
+        t
+        for t in tests
+        if log.get(t) in PASSING and node_id_form(t) and _lookup(chan, t) not in PASSING
+    ]
