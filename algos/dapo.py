@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from algos.config import ConfigError, parse_config, warn
+from algos.config import parse_config, warn
 from algos.learner.cpu_bf16 import slow_bf16_warning
-from algos.learner.learner_config import LearnerConfig
 from algos.loop.trainer import run_cli
-from algos.rl_common import PolicyGradientConfig, learner_config_from
+from algos.rl_common import PolicyGradientConfig
 
 
 @dataclass
@@ -51,11 +51,8 @@ class DAPOConfig(PolicyGradientConfig):
     loss: str = "dapo"
     agg_mode: str = "token-mean"
     kl_coef: float = 0.0  # modified DAPO has no KL term
+    CLIP_DEFAULT: ClassVar[tuple[float, float]] = (0.2, 0.3)  # Nebius stage 1 (eps_low/eps_high)
 
-    eps_low: float = 0.2
-    """Lower clip range: ratio >= 1 - eps_low."""
-    eps_high: float = 0.3
-    """Upper clip range (clip-higher): ratio <= 1 + eps_high."""
     warm_start: str | None = None
     """A warm-start recipe (algos/presets/warm_start_NAME.yaml, or a YAML path): the first run
     builds its synthetic tasks, the oracle's runs and an RFT model (cached), later runs reuse
@@ -63,15 +60,6 @@ class DAPOConfig(PolicyGradientConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0 <= self.eps_low < 1:
-            raise ConfigError(f"eps_low must be in [0, 1); got {self.eps_low}")
-        if self.eps_high < 0:
-            raise ConfigError(f"eps_high must be >= 0; got {self.eps_high}")
-        if self.eps_low > self.eps_high:
-            raise ConfigError(
-                f"eps_low={self.eps_low} > eps_high={self.eps_high}: clip-higher needs "
-                "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2)"
-            )
         if (slow_bf16 := slow_bf16_warning(self)) is not None:
             warn(slow_bf16)
         if self.kl_coef > 0:
@@ -79,14 +67,6 @@ class DAPOConfig(PolicyGradientConfig):
                 f"kl_coef={self.kl_coef}: modified DAPO uses no KL term "
                 "(docs/methods.md#modified-dapo); the KL penalty will be applied anyway"
             )
-
-    def learner_config(self) -> LearnerConfig:
-        kwargs = (
-            {}
-            if self.loss in ("pg", "sft")
-            else {"eps_low": self.eps_low, "eps_high": self.eps_high}
-        )
-        return learner_config_from(self, kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

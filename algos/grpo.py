@@ -4,7 +4,7 @@ reference policy.
 ``python -m algos.grpo --env SWERL-v0`` (single-turn patch generation with the similarity
 reward) or on a multi-turn env (``--env SWEStarter-v0``, the default). The loop is
 :class:`algos.loop.trainer.Trainer`, the same as DAPO's; the named choices differ: symmetric clip
-``clip_eps``, ``kl_coef > 0`` with the k3 estimator against a frozen copy of the initial policy,
+``clip_eps`` (or ``eps_low``/``eps_high``), ``kl_coef > 0`` with the k3 estimator against a frozen copy of the initial policy,
 no filter, no length penalty, sequence-mean aggregation (the GRPO paper's form).
 
 How this departs from the paper: SWE-RL does not publish clip eps, beta, lr or temperature; the
@@ -19,20 +19,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algos.config import ConfigError, parse_config
-from algos.learner.learner_config import LearnerConfig
 from algos.loop.trainer import run_cli
-from algos.rl_common import PolicyGradientConfig, learner_config_from
+from algos.rl_common import PolicyGradientConfig
 
 
 @dataclass
 class GRPOConfig(PolicyGradientConfig):
     """GRPO (defaults: SWE-RL where published, docs/methods.md#grpo)."""
 
-    clip_eps: float = 0.2
-    """Symmetric clip range of the ratio."""
+    clip_eps: float | None = None
+    """Symmetric clip range of the ratio: sets eps_low and eps_high both (set those instead for
+    an asymmetric clip). None: 0.2 (DeepSeekMath), or the loss's own range (gspo: 3e-4/4e-4)."""
     max_context_tokens: int = 16384  # SWE-RL: 16k
 
     def __post_init__(self) -> None:
+        if self.clip_eps is not None:  # before the shared clip checks, which see its values
+            if not 0 < self.clip_eps < 1:
+                raise ConfigError(f"clip_eps must be in (0, 1); got {self.clip_eps}")
+            for side in ("eps_low", "eps_high"):
+                if getattr(self, side) not in (None, self.clip_eps):
+                    raise ConfigError(
+                        f"clip_eps={self.clip_eps} and {side}={getattr(self, side)} disagree: "
+                        "set clip_eps alone (symmetric) or eps_low and eps_high (asymmetric)"
+                    )
+                setattr(self, side, self.clip_eps)
         super().__post_init__()
         if self.batch_size % self.group_size:
             raise ConfigError(
@@ -44,16 +54,6 @@ class GRPOConfig(PolicyGradientConfig):
             raise ConfigError(
                 f"GRPO needs kl_coef > 0 (got {self.kl_coef}); for no KL term use algos.dapo"
             )
-        if not 0 < self.clip_eps < 1:
-            raise ConfigError(f"clip_eps must be in (0, 1); got {self.clip_eps}")
-
-    def learner_config(self) -> LearnerConfig:
-        kwargs = (
-            {}
-            if self.loss in ("pg", "sft")
-            else {"eps_low": self.clip_eps, "eps_high": self.clip_eps}
-        )
-        return learner_config_from(self, kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

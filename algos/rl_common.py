@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from algos import objectives
 from algos.config import ConfigError
@@ -67,7 +67,8 @@ class PolicyGradientConfig(RLConfig):
     """'module:function' computing the reward from a Trajectory (default: the env's reward)."""
     old_logprobs: str = "auto"
     """Log-probs of the importance ratio's denominator: sampler (the engine's), recompute (the
-    learner's before the first step), auto (sampler when the engine shares the policy module)."""
+    learner's before the first step), auto (sampler when the engine shares the policy module and
+    no off-policy correction is on). sampler with a correction is refused for clipped losses."""
     loss: str = "grpo"
     """Policy loss name in algos.objectives's registry."""
     agg_mode: str = "seq-mean-token-mean"
@@ -93,14 +94,40 @@ class PolicyGradientConfig(RLConfig):
     """A solve_rates.json from an earlier run: keep only tasks with 0 < rate < 2/3 (stage 2)."""
     yarn_factor: float | None = None
     """Extend the rope with YaRN by this factor (stage 2: 4)."""
+    eps_low: float | None = None
+    """Lower clip range: ratio >= 1 - eps_low. None: the algorithm's (DAPO 0.2; GRPO clip_eps,
+    0.2), or the loss's own where it has one (gspo: 3e-4, for its sequence-level ratio)."""
+    eps_high: float | None = None
+    """Upper clip range (clip-higher when above eps_low): ratio <= 1 + eps_high. None: the
+    algorithm's (DAPO 0.3; GRPO clip_eps, 0.2), or the loss's own (gspo: 4e-4)."""
+
+    # (eps_low, eps_high) where the user sets neither and the loss has no range of its own
+    CLIP_DEFAULT: ClassVar[tuple[float, float]] = (0.2, 0.2)  # DeepSeekMath's GRPO
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        resolve_clip(self)
         validate_rl_config(self)
 
     def learner_config(self) -> LearnerConfig:
-        """The learner this algorithm trains with (each algorithm says its loss and kwargs)."""
-        raise NotImplementedError(f"{type(self).__name__} must define learner_config()")
+        """The learner this algorithm trains with: the clip range goes to every loss with a ratio."""
+        kwargs = (
+            {}
+            if self.loss in ("pg", "sft")
+            else {"eps_low": self.eps_low, "eps_high": self.eps_high}
+        )
+        return learner_config_from(self, kwargs)
+
+
+def resolve_clip(cfg: PolicyGradientConfig) -> None:
+    """``eps_low``/``eps_high`` left unset made concrete, each side on its own: the loss's own
+    range (``objectives.CLIP_DEFAULTS``) where it has one, else the algorithm's
+    ``CLIP_DEFAULT``. A side the user set (flag, preset, file) is kept."""
+    low, high = objectives.CLIP_DEFAULTS.get(cfg.loss, cfg.CLIP_DEFAULT)
+    if cfg.eps_low is None:
+        cfg.eps_low = low
+    if cfg.eps_high is None:
+        cfg.eps_high = high
 
 
 def validate_rl_config(cfg: PolicyGradientConfig) -> None:
@@ -140,6 +167,31 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
             f"overlong penalty); got {cfg.overlong_buffer}"
         )
     objectives.get_policy_loss_fn(cfg.loss)
+    if cfg.eps_low is None or not 0 <= cfg.eps_low < 1:
+        raise ConfigError(f"eps_low must be in [0, 1); got {cfg.eps_low}")
+    if cfg.eps_high is None or cfg.eps_high < 0:
+        raise ConfigError(f"eps_high must be >= 0; got {cfg.eps_high}")
+    if cfg.eps_low > cfg.eps_high:
+        raise ConfigError(
+            f"eps_low={cfg.eps_low} > eps_high={cfg.eps_high}: the clip range needs "
+            "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2; GSPO: 3e-4/4e-4)"
+        )
+    # Refused, not warned: the two settings contradict. 'sampler' makes the sampler's log-probs
+    # the ratio's denominator; a correction makes it the learner's before the step, which
+    # 'sampler' never computes, so the learner takes each step's own forward: every ratio is 1
+    # and the clip never acts. pg has no clip, and its weight pi / pi_sampler is then exact.
+    if (
+        cfg.old_logprobs == "sampler"
+        and cfg.off_policy_correction != "none"
+        and cfg.loss in objectives.NEEDS_OLD_LOGPROBS
+    ):
+        raise ConfigError(
+            f"old_logprobs='sampler' with off_policy_correction={cfg.off_policy_correction!r} "
+            f"would switch off the clip of loss {cfg.loss!r}: a correction takes the ratio's "
+            "denominator from the learner's log-probs before the step, which 'sampler' does not "
+            "compute, so every ratio would be 1; with a correction use old_logprobs=recompute or "
+            "auto, or keep old_logprobs=sampler with off_policy_correction=none (or loss pg)"
+        )
     if cfg.agg_mode not in objectives.AGG_MODES:
         raise unknown_choice("agg_mode", cfg.agg_mode, objectives.AGG_MODES)
     if cfg.kl_estimator not in objectives.KL_ESTIMATORS:

@@ -269,7 +269,9 @@ class Learner:
 
         Behaviour = the sampler's log-probs; proximal = the learner's before the step: the
         recomputed ``old_logprobs`` when the samples also carry ``sampler_logprobs``, else this
-        step's own forward (the weights before the optimiser step).
+        step's own forward (the weights before the optimiser step). In that second case a
+        correction's ratio ``pi / pi_prox`` is exactly 1, so a clipped loss never clips: the RL
+        configs refuse ``old_logprobs=sampler`` with a correction and a clipped loss.
         """
         cfg = self.config
         if not has_logprobs:  # sft/pg without sampling log-probs: nothing to compare

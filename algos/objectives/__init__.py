@@ -54,6 +54,8 @@ from algos.objectives.off_policy import (
     off_policy_weights,
 )
 from algos.objectives.policy_losses import (
+    CLIP_DEFAULTS,
+    GSPO_CLIP,
     NEEDS_OLD_LOGPROBS,
     POLICY_LOSSES,
     PolicyLossFn,
@@ -98,6 +100,8 @@ __all__ = [
     "PolicyLossFn",
     "POLICY_LOSSES",
     "NEEDS_OLD_LOGPROBS",
+    "CLIP_DEFAULTS",
+    "GSPO_CLIP",
     "register_policy_loss",
     "get_policy_loss_fn",
     "clipped_policy_loss",

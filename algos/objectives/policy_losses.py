@@ -37,12 +37,17 @@ class PolicyLossFn(Protocol):
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 # Losses that read old_logprobs (an importance ratio); the learner checks samples carry them.
 NEEDS_OLD_LOGPROBS: set[str] = set()
+# (eps_low, eps_high) of losses whose ratio is not PPO's per-token one, so a token-level range
+# would not fit them; GRPO and DAPO pass these unless the user sets a range (rl_common).
+CLIP_DEFAULTS: dict[str, tuple[float, float]] = {}
+GSPO_CLIP = (3e-4, 4e-4)  # the GSPO paper's range for its sequence-level ratio
 
 
 def register_policy_loss(
-    name: str, *, needs_old_logprobs: bool = True
+    name: str, *, needs_old_logprobs: bool = True, clip: tuple[float, float] | None = None
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: ``@register_policy_loss("dapo")`` makes the function reachable by name."""
+    """Decorator: ``@register_policy_loss("dapo")`` makes the function reachable by name;
+    ``clip``: the loss's own ``(eps_low, eps_high)`` (:data:`CLIP_DEFAULTS`)."""
 
     def deco(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
@@ -50,6 +55,8 @@ def register_policy_loss(
         POLICY_LOSSES[name] = fn
         if needs_old_logprobs:
             NEEDS_OLD_LOGPROBS.add(name)
+        if clip is not None:
+            CLIP_DEFAULTS[name] = clip
         return fn
 
     return deco
@@ -223,15 +230,15 @@ def sft_loss(
     return loss, {"nll": masked_mean(loss_mat.detach(), mask).item()}
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", clip=GSPO_CLIP)
 def gspo_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
     *,
-    eps_low: float = 3e-4,
-    eps_high: float = 4e-4,
+    eps_low: float = GSPO_CLIP[0],
+    eps_high: float = GSPO_CLIP[1],
     token_weights: Tensor | None = None,
     agg_mode: str = "seq-mean-token-mean",
     global_token_count: int | float | Tensor | None = None,
@@ -245,8 +252,10 @@ def gspo_loss(
     over the sequence's policy tokens, so ``seq-mean-token-mean`` (the default here) gives the
     paper's ``mean_i L_i``; ``token-mean`` weights sequences by their length. A per-token
     advantage ``[B, T]`` is averaged over the policy tokens. ``token_weights`` ``[B, T]``
-    multiply the per-token loss (off-policy correction). Metrics as :func:`clipped_policy_loss`
-    (``ratio_*`` are the sequence ratios; fractions are shares of policy tokens).
+    multiply the per-token loss (off-policy correction); a token weighted 0 (decoupled PPO's
+    drop) gets no gradient: its log-ratio still counts in ``s_i``'s value but is detached.
+    Metrics as :func:`clipped_policy_loss` (``ratio_*`` are the sequence ratios; fractions are
+    shares of policy tokens).
     """
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip eps must be >= 0; got eps_low={eps_low}, eps_high={eps_high}")
@@ -254,7 +263,13 @@ def gspo_loss(
     adv = advantages.to(logprobs.dtype)
     if adv.dim() == logprobs.dim():
         adv = masked_mean(adv, m, dim=-1)
-    seq_log_ratio = masked_mean(logprobs - old_logprobs, m, dim=-1)
+    log_ratio = logprobs - old_logprobs
+    if token_weights is not None:
+        # s_i carries every token's log-ratio, so weighting a token's share of L_i by 0 would
+        # still train it through the other tokens' shares: detach it to drop it (as the
+        # token-level losses do); its value stays in s_i, as the token stays in the normaliser
+        log_ratio = torch.where(token_weights == 0, log_ratio.detach(), log_ratio)
+    seq_log_ratio = masked_mean(log_ratio, m, dim=-1)
     ratio = torch.exp(seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B]
     loss_seq = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
     loss_mat = _weighted(loss_seq.unsqueeze(-1).expand_as(logprobs), token_weights)

@@ -104,6 +104,9 @@ def test_stage_presets_match_methods():
     "cls, kwargs, match",
     [
         (DAPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
+        (GRPOConfig, {"eps_low": 0.3, "eps_high": 0.2}, "eps_high >= eps_low"),
+        (GRPOConfig, {"clip_eps": 0.2, "eps_high": 0.28}, "clip_eps=0.2 and eps_high=0.28"),
+        (GRPOConfig, {"clip_eps": 1.0}, r"clip_eps must be in \(0, 1\); got 1.0"),
         (GRPOConfig, {"batch_size": 30, "group_size": 16}, "not divisible by group_size"),
         (GRPOConfig, {"kl_coef": 0.0}, "kl_coef > 0"),
         (GRPOConfig, {"overlong_buffer": 20000}, r"overlong_buffer must be in \[0, max_context"),
@@ -122,6 +125,47 @@ def test_stage_presets_match_methods():
 def test_contradictory_values_fail_clearly(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls(**kwargs)
+
+
+def clip(cfg) -> tuple[float, float]:
+    """The (eps_low, eps_high) a config hands its loss."""
+    kw = cfg.learner_config().loss_kwargs
+    return kw["eps_low"], kw["eps_high"]
+
+
+def test_gspo_takes_its_own_clip_unless_the_run_sets_one():
+    """GSPO's ratio is a geometric mean over a sequence: PPO's 0.2 would never clip it."""
+    assert clip(DAPOConfig()) == (0.2, 0.3) and clip(GRPOConfig()) == (0.2, 0.2)
+    for cls in (DAPOConfig, GRPOConfig):
+        assert clip(cls(loss="gspo")) == (3e-4, 4e-4)
+        assert clip(cls(loss="gspo", eps_high=5e-4)) == (3e-4, 5e-4)  # a side set wins alone
+    assert clip(GRPOConfig(loss="gspo", clip_eps=0.1)) == (0.1, 0.1)
+    stage1 = _parse(DAPOConfig, ["--stage", "1", "--loss", "gspo"], "dapo", True)
+    assert clip(stage1) == (0.2, 0.3)  # the preset sets a range: it is the run's
+
+
+def test_grpo_takes_an_asymmetric_clip_as_dapo_does():
+    assert clip(GRPOConfig(eps_low=0.1, eps_high=0.28)) == (0.1, 0.28)
+    assert clip(GRPOConfig(clip_eps=0.15)) == (0.15, 0.15)
+    cfg = _parse(GRPOConfig, ["--eps-low", "0.2", "--eps-high", "0.3"], "grpo")
+    assert clip(cfg) == (0.2, 0.3)
+    assert GRPOConfig(loss="pg").learner_config().loss_kwargs == {}  # no ratio, no clip
+
+
+@pytest.mark.parametrize("cls", [DAPOConfig, GRPOConfig])
+@pytest.mark.parametrize("correction", ["tis", "decoupled"])
+def test_sampler_logprobs_with_a_correction_are_refused(cls, correction):
+    """With a correction the learner would take each step's own log-probs as the ratio's
+    denominator: ratio 1, the clip never acting. The error names both settings and the fix."""
+    with pytest.raises(ConfigError) as err:
+        cls(old_logprobs="sampler", off_policy_correction=correction)
+    msg = str(err.value)
+    assert f"old_logprobs='sampler' with off_policy_correction='{correction}'" in msg
+    assert "use old_logprobs=recompute or auto" in msg and "off_policy_correction=none" in msg
+    for old_logprobs in ("recompute", "auto"):
+        cls(old_logprobs=old_logprobs, off_policy_correction=correction)
+    cls(old_logprobs="sampler", off_policy_correction="none")
+    cls(old_logprobs="sampler", off_policy_correction=correction, loss="pg")  # pg has no clip
 
 
 def test_kl_in_dapo_warns_but_is_allowed():
@@ -145,6 +189,7 @@ def test_cli_rejects_contradiction_before_any_work(tmp_path: Path):
     run = tmp_path / "run"
     for main, argv in (
         (dapo.main, ["--eps-low", "0.5", "--eps-high", "0.3"]),
+        (dapo.main, ["--preset", "cpu", "--off-policy-correction", "tis"]),  # cpu: sampler
         (grpo.main, ["--batch-size", "10", "--group-size", "4"]),
         (rft.main, ["--batch-size", "0"]),
     ):

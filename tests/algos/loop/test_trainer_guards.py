@@ -226,3 +226,28 @@ def test_grpo_clip_and_kl_coef_reach_the_loss(tmp_path: Path, monkeypatch):
     assert call["agg_mode"] == "seq-mean-token-sum"
     assert trainer.learner.ref_model is not None
     assert row["loss"] == pytest.approx(call["value"] + 0.07, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cls, kw, want, loss",
+    [
+        (DAPOConfig, {"loss": "gspo"}, (3e-4, 4e-4), "gspo"),
+        (GRPOConfig, {"loss": "gspo"}, (3e-4, 4e-4), "gspo"),
+        (GRPOConfig, {"eps_low": 0.1, "eps_high": 0.25}, (0.1, 0.25), "grpo"),
+    ],
+)
+def test_gspos_own_clip_and_grpos_asymmetric_clip_reach_the_loss(
+    tmp_path: Path, cls, kw, want, loss
+):
+    """GSPO gets its paper's range, not the algorithm's 0.2/0.3 or clip_eps; GRPO sets each side."""
+    cfg = toy_cfg(tmp_path, cls, **kw)
+    trainer = Trainer(
+        cfg, "grpo" if cls is GRPOConfig else "dapo", policy=scripted_policy(cfg, set())
+    )
+    seen: list[dict] = []
+    spy_loss(trainer, seen)
+    trainer.run()
+    assert seen, "the loss was never called"
+    for call in seen:
+        assert call["fn"] is objectives.POLICY_LOSSES[loss]
+        assert (call.get("eps_low"), call.get("eps_high")) == want

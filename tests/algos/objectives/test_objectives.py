@@ -62,6 +62,33 @@ def test_gspo_token_mean_weights_sequences_by_length_and_clips_high():
     assert close(m["clip_frac_high"], 2 / 3)
 
 
+def test_gspo_gives_a_token_decoupled_ppo_drops_no_gradient():
+    # proximal -1 on the three policy tokens, sampler -1.2, -2, -1: w = exp(0.2) = 1.221403,
+    # exp(1) > cap 2 (dropped: 0), exp(0) = 1. Current -0.9, -1, -1: log-ratios 0.1, 0, 0, so
+    # s = exp(0.1 / 3) = 1.033895 (the dropped token's log-ratio still counts in its value),
+    # inside the clip. A = 1, seq-mean-token-mean: loss = -(w1 + 0 + w3) s / 3; a kept token's
+    # gradient is -(w1 + w3) s / 3 / 3 (ds/dlp = s / 3); the dropped one's exactly 0, where the
+    # other tokens' shares of L used to train it through s.
+    prox, sampler, mask = (
+        T([[0.0, -1.0, -1.0, -1.0]]),
+        T([[0.0, -1.2, -2.0, -1.0]]),
+        T([[0, 1, 1, 1]]),
+    )
+    w, _ = objectives.off_policy_weights(prox, sampler, mask, kind="decoupled", cap=2.0)
+    assert close(w[0, 1:], [1.221403, 0.0, 1.0])
+    lp = T([[0.0, -0.9, -1.0, -1.0]], requires_grad=True)
+    loss, m = objectives.gspo_loss(
+        lp, prox, T([1.0]), mask, eps_low=0.2, eps_high=0.2, token_weights=w
+    )
+    s = math.exp(0.1 / 3)
+    assert close(m["ratio_max"], s, tol=1e-6)
+    assert close(loss, -(1.221403 + 1.0) * s / 3, tol=1e-6)
+    loss.backward()
+    assert lp.grad[0, 2].item() == 0.0
+    g = -(1.221403 + 1.0) * s / 9
+    assert close(lp.grad, [[0.0, g, 0.0, g]], tol=1e-6)
+
+
 # ---------------------------------------------------------------- RLOO
 
 

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from swe_gym.taskenv import specs, uses_host
+from swe_gym.taskenv import overrides, specs, uses_host
 from swe_gym.taskenv.pythons import PythonNotFound, choose, installed
-from swe_gym.taskenv import overrides
 from swe_gym.taskenv.recipe import Recipe, host_satisfies, inputs_digest, recipe_for
 from swe_gym.tasks import normalise_row
 
