@@ -5,7 +5,9 @@ mean over runs with its standard error (the Nebius work reports Pass@1 as the me
 docs/methods.md#validation), and pass@k with the unbiased estimator ``1 - C(n-c, k) / C(n, k)``
 averaged over tasks (``agents.eval_metrics``).
 Writes ``trajectories.jsonl``, SWE-bench ``predictions.jsonl`` (run 0; ``predictions_run<j>.jsonl``
-for the others) and ``summary.json`` to ``--out``.
+for the others) and ``summary.json`` to ``--out`` (default ``runs/eval-<env>-<time>``, beside the
+trainers' runs); a ``vllm:`` model's own log lines go to ``engine.log`` there (``--verbose``: to the
+terminal too).
 
 Budget: a model that runs on this machine (``smollm2``, ``hf:``, ``vllm:``) defaults to
 ``LOCAL_MAX_TURNS`` turns of at most ``LOCAL_MAX_NEW_TOKENS`` tokens, so the README's command
@@ -35,6 +37,7 @@ from agents.eval_budget import (
 )
 from agents.eval_metrics import format_table, summarise
 from agents.models import SPEC_FORMS, load_model
+from agents.models.engine_logs import ENGINE_LOG
 from agents.protocols import Conversation, Generation, SamplingParams
 from agents.rollout import rollout
 from agents.trajectory import FAILURES, Trajectory, write_predictions
@@ -201,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="task ids (default: all) and/or one task file (.jsonl, .json, .parquet "
         "in the SWE-bench/SWE-rebench schema) given to the env as tasks=PATH",
     )
-    p.add_argument("--out", default=None, help="output folder (default: eval_out/<env>-<time>)")
+    p.add_argument("--out", default=None, help="output folder (default: runs/eval-<env>-<time>)")
     p.add_argument("--concurrency", type=int, default=4, help="episodes at once")
     p.add_argument(
         "--max-turns",
@@ -257,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra model constructor argument (VALUE parsed as JSON when it can be)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show a vllm: model's engine log lines on the terminal too (always in OUT/engine.log)",
+    )
     return p
 
 
@@ -297,6 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model == "oracle":
         model_kw.setdefault("tasks", all_tasks)
         model_kw.setdefault("action_format", args.action_format or "fenced")
+    out = Path(args.out or f"runs/eval-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.model.startswith("vllm:"):  # the terminal keeps the budget, the bar and the table
+        model_kw.setdefault("log_file", str(out / ENGINE_LOG))
+        model_kw.setdefault("verbose", args.verbose)
     model = load_model(args.model, **model_kw)
 
     agent_kwargs = {
@@ -306,7 +318,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_context_tokens": args.max_context_tokens,
         "max_consecutive_invalid": args.max_consecutive_invalid,
     }
-    out = Path(args.out or f"eval_out/{args.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     turns = args.max_turns or env_turns
     turn_s = (
         time_one_turn(model, args.env, env_kwargs, task_ids[0], args.max_new_tokens)

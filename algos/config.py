@@ -239,12 +239,16 @@ def build_parser(
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
+        flag: dict[str, Any] = {}
+        if _strip_optional(hints[f.name])[0] is bool:  # a bare --verbose means --verbose true
+            flag = {"nargs": "?", "const": "true"}
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
             default=argparse.SUPPRESS,
             metavar=_type_name(hints[f.name]).split(" ")[0].upper(),
             help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%"),
+            **flag,
         )
     return p
 

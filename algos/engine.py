@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from agents.models.engine_logs import ENGINE_LOG
 from algos.config import ConfigError
 from algos.distributed.fsdp import DistContext, training_device
 from algos.rollout.collect import RolloutSpec
@@ -162,6 +163,8 @@ def build_policy(cfg: RunConfig, run_dir: Path, share_module: bool = True) -> Po
             seed=cfg.seed,
             name=cfg.policy,
             gpu_memory_utilization=cfg.engine_gpu_memory,
+            log_file=run_dir / ENGINE_LOG,  # the terminal keeps the progress bar and the table
+            verbose=cfg.verbose,
             **extra,
         )
         # the folder holds the policy's weights; resumed weights are pushed by Trainer._resume

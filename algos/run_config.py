@@ -85,6 +85,9 @@ class RunConfig:
     """Save a checkpoint every N iterations/steps (0: only at the end and on Ctrl-C)."""
     progress: bool = True
     """Show a tqdm progress bar with ETA."""
+    verbose: bool = False
+    """Show the inference engine's (vLLM's) log lines on the terminal too; they always go to
+    RUN_DIR/engine.log, and the terminal otherwise shows the progress bar and the table."""
     resume: bool = False
     """Continue from run_dir's latest checkpoint (set by --resume RUN_DIR)."""
     cp: int = 1

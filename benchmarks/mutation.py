@@ -2,7 +2,7 @@
 
     python benchmarks/mutation.py                      # every module below, time-boxed
     python benchmarks/mutation.py policy_losses --minutes 20    # one module
-    python benchmarks/mutation.py trainer --only '*_collect*' '*apply_filter*'
+    python benchmarks/mutation.py scoring --only '*apply_filter*'   # some functions
 
 Each module is mutated in a throw-away copy of the working tree (``$TMPDIR/swe-gym-mutation/
 <module>``; the checkout gets no ``mutants/`` folder and no config), against only the tests that
@@ -40,11 +40,14 @@ PACKAGES = ("swe_gym", "envs", "agents", "algos")
 MODULES: dict[str, tuple[str, list[str]]] = {
     "policy_losses": (
         "algos/objectives/policy_losses.py",
-        ["tests/algos/objectives/test_core.py", "tests/algos/objectives/test_objectives.py"],
+        [
+            "tests/algos/objectives/test_policy_losses.py",
+            "tests/algos/objectives/test_objectives.py",
+        ],
     ),
     "advantages": (
         "algos/objectives/advantages.py",
-        ["tests/algos/objectives/test_core.py", "tests/algos/objectives/test_objectives.py"],
+        ["tests/algos/objectives/test_advantages.py", "tests/algos/objectives/test_objectives.py"],
     ),
     # learner: its own tests and the off-policy-correction tests that run a Learner; the
     # killed-process resume test (a subprocess per run, minutes) is left out

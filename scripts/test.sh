@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the test suite: start the services the tests need (a Docker daemon on a private socket,
-# the Debian base image), run the linters (scripts/lint.sh: ruff check, mypy; a finding fails the
+# the Debian base image), run the linters (scripts/lint.sh: ruff check, mypy, layers; a finding fails the
 # run), run pytest, stop the daemon. Every test, slow ones included (CI).
 #   --fast: the fast lane instead: no Docker, -m "not slow and not docker and not vllm and not gpu",
 #           spread over pytest-xdist workers (SWE_GYM_TEST_WORKERS, default the cores + 1, each
@@ -20,7 +20,7 @@ if [ "$fast" = 1 ]; then
         --durations=25 -n "${SWE_GYM_TEST_WORKERS:-$(($(nproc) + 1))}" --dist worksteal \
         -m "not slow and not docker and not vllm and not gpu" "${args[@]}"
 fi
-bash scripts/lint.sh || { echo "lint failed (ruff check, mypy): see above"; exit 1; }
+bash scripts/lint.sh || { echo "lint failed (ruff check, mypy, layers): see above"; exit 1; }
 docker_env=$(bash .ci/docker-up.sh) || { echo "could not start the Docker daemon"; exit 1; }
 eval "$docker_env"
 trap 'bash .ci/docker-down.sh' EXIT

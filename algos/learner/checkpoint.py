@@ -20,6 +20,8 @@ import os
 import random
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -72,6 +74,20 @@ def _old_prefix(dest: Path) -> str:
     return f".{dest.name}.old-"
 
 
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars ("Writing model shards") off for the block."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def resolve_checkpoint(directory: str | os.PathLike) -> Path:
     """The directory to load: ``directory`` itself, or the previous checkpoint that a save
     killed between its two renames left at ``.NAME.old-*`` (moved back into place)."""
@@ -106,7 +122,8 @@ def save_checkpoint(
     tmp = dest.parent / f"{_tmp_prefix(dest)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        cast("PreTrainedModel", model).save_pretrained(tmp)  # an HF model
+        with _no_progress_bars():  # a bar per save would break the run's own bar
+            cast("PreTrainedModel", model).save_pretrained(tmp)  # an HF model
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         state = {

@@ -82,6 +82,40 @@ def test_evaluate_cli_oracle_on_two_tasks(tmp_path, starter_task_ids, capsys):
         assert all(p["model_patch"].startswith("diff --git") for p in preds)
 
 
+def test_outputs_go_to_a_run_folder_by_default_not_the_cwd(
+    tmp_path, starter_task_ids, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", "oracle", "--tasks", starter_task_ids[0], "--no-progress"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]
+    (out,) = (tmp_path / "runs").iterdir()
+    assert out.name.startswith("eval-SWEStarter-v0-") and (out / "summary.json").is_file()
+    assert f"wrote runs/{out.name}/trajectories.jsonl" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_vllm_model_logs_to_the_out_folder(tmp_path, starter_task_ids, monkeypatch, verbose):
+    """The engine's log lines go to OUT/engine.log (agents.models.engine_logs), not the terminal,
+    unless --verbose; the model is stopped right where it would be built."""
+    import agents.evaluate
+
+    seen = {}
+
+    def load(spec, **kw):
+        seen.update(kw, spec=spec)
+        raise KeyboardInterrupt  # stop before any engine starts
+
+    monkeypatch.setattr(agents.evaluate, "load_model", load)
+    argv = ["--model", "vllm:smollm2", "--tasks", starter_task_ids[0], "--out", str(tmp_path)]
+    with pytest.raises(KeyboardInterrupt):
+        main([*argv, *(["--verbose"] if verbose else [])])
+    assert seen == {
+        "spec": "vllm:smollm2",
+        "log_file": str(tmp_path / "engine.log"),
+        "verbose": verbose,
+    }
+
+
 @pytest.mark.slow
 def test_acceptance_oracle_resolves_every_starter_task(tmp_path, starter_task_ids, capsys):
     assert (

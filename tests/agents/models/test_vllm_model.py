@@ -16,10 +16,17 @@ PROMPT = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_paths):
+def engine_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("run") / "engine.log"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_paths, engine_log):
     from agents.models.vllm import VLLMModel
 
-    model = VLLMModel(tiny_paths["tiny0"], dtype="float32", max_model_len=512, kv_cache_gib=1)
+    model = VLLMModel(
+        tiny_paths["tiny0"], dtype="float32", max_model_len=512, kv_cache_gib=1, log_file=engine_log
+    )
     yield model
     model.close()
 
@@ -148,3 +155,17 @@ def test_bad_input_errors(engine):
         engine.generate(Conversation(token_ids=[1] * 600), SamplingParams())
     with pytest.raises(FileNotFoundError, match="no weights"):
         engine.update_weights("/nonexistent/weights")
+
+
+def test_a_weight_push_logs_to_the_run_log_not_the_terminal(engine, engine_log, tiny_paths, capfd):
+    """Built with a log file, as a training run builds it: the engine's start and each weight
+    push (with vLLM's "Failed to load weights" of the rotary cache: noise, module docstring of
+    agents/models/vllm.py) are logged there, and nothing of them reaches the terminal."""
+    started = engine_log.read_text()
+    assert "[vllm." in started  # the routing's format: the logger's name
+    engine.update_weights(tiny_paths["tiny0"])
+    pushed = engine_log.read_text()[len(started) :]
+    assert "[vllm." in pushed
+    terminal = "".join(capfd.readouterr())
+    assert "Failed to load weights" not in terminal
+    assert " INFO " not in terminal and " WARNING " not in terminal

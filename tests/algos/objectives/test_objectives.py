@@ -1,4 +1,5 @@
-"""GSPO, RLOO, failure masking and the off-policy correction against values worked by hand."""
+"""GSPO, RLOO, failure masking and the off-policy correction against values worked by hand; the
+package's error messages name the value and the choices."""
 
 from __future__ import annotations
 
@@ -267,3 +268,28 @@ def test_learner_correction_equals_weighting_by_hand():
         assert torch.allclose(pa.grad, pb.grad, atol=1e-6, rtol=1e-5)
     assert any(p.grad.abs().max() > 1e-3 for p in a.model.parameters())
     assert close(ma["is_capped_frac"], 1 / 3)
+
+
+# ---------------------------------------------------------------- error messages (found by
+# mutation testing, benchmarks/mutation.py)
+
+
+def test_error_messages_name_the_value_and_the_choices():
+    with pytest.raises(ValueError, match=r"unknown loss aggregation mode 'tok'; choose one of"):
+        objectives.agg_loss(T([[1.0]]), T([[1]]), "tok")
+    with pytest.raises(ValueError, match=r"loss_mat shape \(1, 2\) != mask shape \(1, 1\)"):
+        objectives.agg_loss(T([[1.0, 2.0]]), T([[1]]))
+    with pytest.raises(ValueError, match=r"needs a \[B, T\] loss, got shape \(2,\)"):
+        objectives.agg_loss(T([1.0, 2.0]), T([1, 1]), "seq-mean-token-mean")
+    with pytest.raises(ValueError, match="unknown policy loss 'dapoo'.*Did you mean 'dapo'"):
+        objectives.get_policy_loss_fn("dapoo")
+    with pytest.raises(ValueError, match="unknown KL estimator 'k4'"):
+        objectives.kl_estimate(T([0.0]), T([0.0]), "k4")
+    with pytest.raises(
+        ValueError,
+        match=r"rewards must be 1-D .* got rewards \(2,\), "
+        r"group_index \(3,\)",
+    ):
+        objectives.group_advantages(T([1.0, 0.0]), T([0, 0, 1]))
+    with pytest.raises(ValueError, match=r"rewards of shape \(4,\) need a group_index \[N\]"):
+        objectives.keep_nonconstant_groups(T([1.0, 0.0, 1.0, 1.0]))
