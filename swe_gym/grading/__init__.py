@@ -6,8 +6,8 @@ One module per concern (``grade`` is the flow; see its doc):
 - ``testinfra``: the test-infrastructure rule (what the patch may not change);
 - ``testrun``: the test command, its complete log, the row's parser;
 - ``verdict`` and ``verdict_plugin``: the signed result channel beside the log;
-- ``guard`` and ``guard_checks``: the runtime guard the plugin installs first (audit hook,
-  integrity checks);
+- ``guard``, ``guard_events``, ``guard_checks`` and ``guard_io``: the runtime guard the plugin
+  installs first (audit hook, event handlers, integrity checks, files and records);
 - ``forgery``: the static second line (the patch's files as they will run);
 - ``official``: swebench's own rule on the same log.
 

@@ -21,7 +21,7 @@ from the agent's sandbox, as bytes):
    ``swebench`` rule; ``"official"`` is ``swebench``'s rule (``get_eval_tests_report``,
    ``get_resolution_status``: PASSED or XFAIL pass, a skipped F2P fails, a skipped P2P is no
    regression). Rows with no FAIL_TO_PASS never resolve (``no_fail_to_pass``). Test ids of a
-   row that no test file can define (not ``path::name``: ``[100%]`` and ``[``, which
+   pytest row (one the channel checks) that no test file can define (not ``path::name``: ``[100%]`` and ``[``, which
    swebench's parser keys from an inner pytest's progress lines in pytest's own repository)
    are listed in ``log_only``; no record can back them and they stand for no test, so forging
    their line gains nothing: ``"official"`` judges them on the log as swebench does, ``"rl"``
@@ -111,7 +111,7 @@ class GradingReport:
     suspect: list[str] = field(default_factory=list)  # swe_gym.grading.forgery findings
     tampered: list[str] = field(default_factory=list)  # the runtime guard's findings (guard.py)
     injected_tests: list[str] = field(default_factory=list)  # node ids no test file defines
-    log_only: list[str] = field(default_factory=list)  # task test ids no node id makes (step 5)
+    log_only: list[str] = field(default_factory=list)  # pytest: ids no node id makes (step 5)
     runner_patched: list[str] = field(default_factory=list)  # the runner's modules (step 6)
     plugins: list[str] = field(default_factory=list)  # entry-point plugins the run loaded
     parser: str = ""  # the log parser and where it came from (row, swebench's map, default)
@@ -234,6 +234,8 @@ def _grade(sandbox: Sandbox, task: Task, patch: str, timeout: float, report: Gra
         "hook": (task.install_config or {}).get("verdict_guard", True),  # False: benchmarks only
     }
     channel = verdict.prepare(sandbox, WORK_DIR, env, guard) if use_channel else None
+    if use_channel:  # a pytest run: ids no node id makes are the log's alone (step 5)
+        report.log_only = verdict.log_only(task.FAIL_TO_PASS + task.PASS_TO_PASS)
     run = run_tests(sandbox, task, timeout, channel=channel)
     report.exit_code, report.log_tail, report.log_truncated = (
         run.exit_code,
@@ -285,7 +287,6 @@ def _finish(
     report.status, report.parsed = status, len(status)
     if ran:
         report.missing = [t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if t not in status]
-    report.log_only = verdict.log_only(task.FAIL_TO_PASS + task.PASS_TO_PASS)
     f2p_ids, p2p_ids = task.FAIL_TO_PASS, task.PASS_TO_PASS
     if report.rule == "rl":  # ids no test file can define stand for no test: left out
         f2p_ids = [t for t in f2p_ids if t not in report.log_only]

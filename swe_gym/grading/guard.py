@@ -13,17 +13,21 @@ Nothing reachable from Python objects holds the key but the hook's closure, and 
 takes ``gc`` or ``ctypes`` (vetoed below).
 
 **Attribution.** A frame is *untrusted* when its code's file is one the patch added or changed,
-a file changed after the guard started (ctime), or a name registered as made by untrusted code
-(code compiled or built while untrusted code was on the stack, under a name that is not an
-import of that file's own bytes). Making code named as a test file, the runner's or the
-grader's files with untrusted code on the stack is tampering.
+a file changed after the guard started (ctime; never on a read-only mount: ``guard_io``), or a
+name registered as made by untrusted code (code compiled or built while untrusted code was on
+the stack, under a name that is not an import of that file's own bytes). Making code named as a
+test file, the runner's or the grader's files with untrusted code on the stack is tampering.
+The runner's own modules, when the tree holds the runner (pytest's repository), are the
+runner's even where the patch edited them; a ``runner`` record names those (SECURITY.md).
 
-**Events.** With untrusted code on the stack (or in a thread whose target is untrusted):
-tracing and profiling hooks, ``sys.monitoring`` callbacks, ``gc`` object walks, other threads'
-frames, ``ctypes`` memory and symbol access, importing ``ctypes``, assigning a function's code
-or defaults outside the patched files, unmarshalling code, and opening the grader's files are
-vetoed (the operation raises) and recorded (``tamper``); so is loading native code written
-after the start, whoever asks. The verdict is then ``tampered`` (``verdict.py``).
+**Events** (``guard_events``). With untrusted code on the stack (or in a thread whose target
+is untrusted): tracing and profiling hooks, ``sys.monitoring`` callbacks, ``gc`` object walks,
+other threads' frames, ``ctypes`` memory and symbol access and importing ``ctypes`` (but for a
+trusted module's body doing it for itself), assigning a function's code or defaults outside the
+patched files, unmarshalling code, and opening the grader's files are vetoed (the operation
+raises) and recorded (``tamper``); so is loading native code written after the start, whoever
+asks. The verdict is then ``tampered`` (``verdict.py``). The files and the record writer are
+``guard_io``'s, the integrity checks ``guard_checks``'; each runs from a private copy.
 """
 
 import sys
@@ -246,6 +250,7 @@ def _install(config, key, path, emit_code, trusted_sources, makers):
             "func_dict": func_dict,
             "mod_dict": mod_dict,
             "type_name": type_name,
+            "type_mro": type_mro,
             "sys_dict": sys_dict,
             "threading_dict": threading_dict,
         },

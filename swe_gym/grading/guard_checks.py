@@ -8,14 +8,15 @@ and its safe readers passed in. What they compare, and when:
   pytest's classes), taken at the start: the part of pytest and pluggy that decides a test's
   outcome (``_HOT``) after every watched test's call phase, everything else loaded at the start
   at collection and at session end; a change is honest only when its new value is a function of
-  trusted code (``acceptable``);
+  trusted code (``acceptable``) or, in the latter, functools' cache around the old value
+  (``memoized``);
 - **the import machinery and trace functions**: finders and hooks on ``sys.meta_path``,
   ``sys.path_hooks``, ``sys.path_importer_cache`` and every thread's trace and profile
   functions must be trusted code;
 - **test code**: each watched test's function and its ``__wrapped__`` layers must be the code
-  object pytest compiled from the test file (``loaded``), or, when its rewrite cache is newer
-  than the start, equal to the bytes read at the start compiled with the same rewriting; after
-  each phase the same objects;
+  object pytest compiled from the test file (``loaded``; an inherited test: its base's def),
+  or, when its rewrite cache is newer than the start, equal to the bytes read at the start
+  compiled with the same rewriting; after each phase the same objects;
 - **bindings**: the test file's top-level ``from X import Y`` names (read from its syntax
   tree) must be ``X.Y`` at collection, and after it either ``X.Y`` or as they were then (a
   module imported again rebinds ``X.Y``, not the test's name).
@@ -25,18 +26,8 @@ Findings are recorded through the guard's ``tamper`` (never raised).
 
 # Rebound by honest code during a run (pytest's capture and warnings plugins, unittest).
 _REBOUND = frozenset(
-    [
-        "excepthook",
-        "unraisablehook",
-        "displayhook",
-        "breakpointhook",
-        "stdout",
-        "stderr",
-        "stdin",
-        "showwarning",
-        "_showwarnmsg_impl",
-        "_showwarning_orig",
-    ]
+    ["excepthook", "unraisablehook", "displayhook", "breakpointhook", "stdout", "stderr", "stdin"]
+    + ["showwarning", "_showwarnmsg_impl", "_showwarning_orig"]
 )
 _SKIP = frozenset(["warnings", "__main__"])
 # Compared after every watched test's call phase: what decides a test's outcome while it runs
@@ -44,24 +35,10 @@ _SKIP = frozenset(["warnings", "__main__"])
 # unittest and skip handling, the assertion helpers, pluggy's calling of hooks). The rest of
 # pytest (formatting, collection, fixtures' setup) is compared at collection and session end.
 _HOT = frozenset(
-    [
-        "pytest",
-        "_pytest.python_api",
-        "_pytest.raises",
-        "_pytest.recwarn",
-        "_pytest.outcomes",
-        "_pytest.runner",
-        "_pytest.reports",
-        "_pytest.python",
-        "_pytest.unittest",
-        "_pytest.skipping",
-        "_pytest.assertion",
-        "_pytest.assertion.util",
-        "pluggy",
-        "pluggy._callers",
-        "pluggy._hooks",
-        "pluggy._result",
-    ]
+    ["pytest", "_pytest.python_api", "_pytest.raises", "_pytest.recwarn", "_pytest.outcomes"]
+    + ["_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.unittest"]
+    + ["_pytest.skipping", "_pytest.assertion", "_pytest.assertion.util"]
+    + ["pluggy", "pluggy._callers", "pluggy._hooks", "pluggy._result"]
 )
 
 
@@ -91,6 +68,7 @@ def _checks(
     modules, gettrace, getprofile, current_frames = sysv
     describe, is_type = safe["describe"], safe["is_type"]
     method_type, func_dict, mod_dict = safe["method_type"], safe["func_dict"], safe["mod_dict"]
+    type_mro = safe["type_mro"]
     type_name, sys_dict, threading_dict = (
         safe["type_name"],
         safe["sys_dict"],
@@ -179,13 +157,26 @@ def _checks(
             return acceptable(v.__func__) and is_type(owner) and trusted_callable(owner)
         return False
 
-    def compare(tables, where):
-        """Identity of every snapshot entry, in C (``operator.is_`` over ``dict.get``): a
-        value's own ``__eq__`` is never asked. Entries that changed are looked at one by one."""
-        for table in tables:
-            compare_one(table, where)
+    import functools
+    import gc
 
-    def compare_one(table, where):
+    lru_type, referents = b_type(functools.lru_cache()(compare_doc)), gc.get_referents
+
+    def memoized(now, old):
+        """``now`` is functools' C cache around the very value the snapshot holds (astroid
+        caches ``tokenize._compile`` so): it calls that value and nothing else. Read from the
+        wrapper's own references (its ``__wrapped__`` is a plain attribute anyone can set)."""
+        return b_type(now) is lru_type and any(r is old for r in referents(now))
+
+    def compare(tables, where, memo=False):
+        """Identity of every snapshot entry, in C (``operator.is_`` over ``dict.get``): a
+        value's own ``__eq__`` is never asked. Entries that changed are looked at one by one;
+        with ``memo`` (modules outside pytest's hot set), a cache around the old value is
+        honest too."""
+        for table in tables:
+            compare_one(table, where, memo)
+
+    def compare_one(table, where, memo):
         names, dicts, keys, vals, get = table
         if b_all(b_map(is_, vals, b_map(get, dicts, keys, repeat(marker)))):
             return
@@ -193,7 +184,7 @@ def _checks(
             now = dicts[i].get(k, marker)
             if now is vals[i]:
                 continue
-            if now is not marker and acceptable(now):
+            if now is not marker and (acceptable(now) or (memo and memoized(now, vals[i]))):
                 vals[i] = now
                 continue
             what = "deleted" if now is marker else describe(now)
@@ -297,10 +288,13 @@ def _checks(
     def verify(item, defs, real, exact):
         layers = chain(item.obj)
         cls = item.cls
-        cls_name = type_name(cls) if cls is not None else None
         name = (item.originalname if hasattr(item, "originalname") else None) or item.name
         name = name.split("[")[0]
-        wanted = [c for (k, n, _), c in defs.items() if k == cls_name and n == name]
+        wanted = []  # the test file's defs of ``name`` in the first class of the MRO with one
+        for owner in [type_name(k) for k in type_mro(cls)] if cls is not None else [None]:
+            wanted = [c for (k, n, _), c in defs.items() if k == owner and n == name]
+            if wanted:
+                break
         found = False
         for layer in layers:
             if b_type(layer) is not function_type:
@@ -336,7 +330,7 @@ def _checks(
 
     def watch(session):
         compare(hot, "collection")
-        compare(cold, "collection")
+        compare(cold, "collection", True)
         machinery("collection", True)
         per_file = {}
         for item in b_list(session.items):
@@ -412,7 +406,7 @@ def _checks(
 
     def everything():
         compare(hot, "session end")
-        compare(cold, "session end")
+        compare(cold, "session end", True)
         machinery("session end", True)
         check_bindings("session end")
 

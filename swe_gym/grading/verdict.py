@@ -323,11 +323,12 @@ def _lookup(chan: dict[str, str], test: str) -> str | None:
     ]
     if stems:
         return chan[max(stems, key=len)]
-    if "[" not in test or "]" in test:
+    if test.count("[") <= test.count("]"):  # not cut inside its parameters
         return None
     cut = sorted(c for c in chan if c.startswith(test + " "))
     worse = [chan[c] for c in cut if chan[c] not in PASSING]
-    return (worse or [chan[c] for c in cut] or [None])[0]
+    found = worse or [chan[c] for c in cut]
+    return found[0] if found else None
 
 
 def node_id_form(test: str) -> bool:

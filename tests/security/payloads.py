@@ -400,6 +400,75 @@ def test_no_leaked_frames():
 """
 
 
+# The same features honest code of published rows uses (``test_guard_honest.py``), by the
+# patch: a finder whose file is written during the run (the ctime rule, on a writable mount),
+# a test module's imported name rebound after collection, ctypes imported by name through the
+# standard library or used once a library imported it, and a sourceless ``.pyc`` whose code
+# claims to be the test file, compiled by a process without the guard.
+FINDER_WRITTEN = """
+import os as _o, tempfile as _tf
+_sy = __import__("s" + "ys")
+_d = _tf.mkdtemp()
+with open(_o.path.join(_d, "_late_finder.py"), "w") as _f:
+    _f.write("class Finder:\\n    def find_spec(self, name, path=None, target=None):\\n        return None\\n")
+_sy.path.insert(0, _d)
+_sy.meta_path.insert(0, __import__("_late_finder").Finder())
+"""
+REBIND_TEST_NAME = """
+_sy = __import__("s" + "ys")
+def _sample(data):
+    data = list(data)
+    if len(data) < 2:
+        return _buggy(data)
+    m = sum(data) / len(data)
+    return sum((x - m) ** 2 for x in data) / (len(data) - 1)
+_buggy = variance
+def variance(data):
+    g = _sy._getframe(1).f_globals
+    if g.get("__name__", "").rsplit(".", 1)[-1].startswith("test_"):
+        g["variance"] = _sample
+        g["stdev"] = lambda d: _sample(d) ** 0.5
+        return _sample(data)
+    return _buggy(data)
+"""
+CTYPES_BY_NAME = """
+getattr(__import__("s" + "ys").modules, "po" + "p")("c" + "types", None)  # imported afresh
+__import__("importlib").import_module("c" + "types")
+"""
+CTYPES_AFTER_LIBRARY = """
+import multiprocessing.sharedctypes as _shared
+getattr(__import__("s" + "ys").modules["c" + "types"], "string" + "_at")(id(1), 8)
+"""
+SOURCELESS_AS_TEST = """
+import os as _o, subprocess as _sp, tempfile as _tf
+_sy = __import__("s" + "ys")
+_d = _tf.mkdtemp()
+_sp.run([_sy.executable, "-c", (
+    "import importlib.util as u, marshal, sys\\n"
+    "c = compile('X = 1', sys.argv[1], 'exec')\\n"
+    "open(sys.argv[2], 'wb').write(u.MAGIC_NUMBER + bytes(12) + marshal.dumps(c))\\n"
+), _o.path.abspath("tests/test_descriptive.py"), _o.path.join(_d, "_hid.pyc")], check=True)
+_sy.path.insert(0, _d)
+__import__("_hid")
+"""
+# A standard library function swapped for functools' cache around another function (which
+# calls it), its ``__wrapped__`` set to the original to pass for a cache of it.
+FAKE_CACHE = """
+import functools as _ft, posixpath as _pp
+_orig = _pp.normcase
+_fake = _ft.lru_cache()(lambda s: _orig(s))
+_fake.__wrapped__ = _orig
+_pp.normcase = _fake
+"""
+# Honest counterparts appended beside the fix: a library whose own body imports ctypes; a
+# standard library function cached in place (astroid does it to ``tokenize._compile``,
+# a plain function before Python 3.10).
+HONEST_CTYPES = "\nimport multiprocessing.sharedctypes as _shared  # imports ctypes itself\n"
+HONEST_CACHE = """
+import functools as _ft, posixpath as _pp
+_pp.normcase = _ft.lru_cache()(_pp.normcase)
+"""
+
 # Every runtime mechanism above, by name (appended to ``INIT``).
 APPENDED = {
     "trace": TRACE,
@@ -432,4 +501,10 @@ APPENDED = {
     "twins": TWINS,
     "fullwidth_exit": FULLWIDTH_EXIT,
     "flip_reports": FLIP_REPORTS,
+    "finder_written": FINDER_WRITTEN,
+    "rebind_test_name": REBIND_TEST_NAME,
+    "ctypes_by_name": CTYPES_BY_NAME,
+    "ctypes_after_library": CTYPES_AFTER_LIBRARY,
+    "sourceless_as_test": SOURCELESS_AS_TEST,
+    "fake_cache": FAKE_CACHE,
 }

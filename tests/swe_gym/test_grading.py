@@ -339,3 +339,32 @@ def test_the_patch_folder_is_gone_before_the_tests_run(mini):
     report = grade_patch(task, row["patch"], sandbox_options=opts, timeout=120)
     assert report.resolved, (report.reason, report.log_tail)
     assert "PATCHES-LEFT" not in report.log_tail
+
+
+def test_ids_no_node_id_makes_are_judged_on_the_log_by_swebench_and_left_out_by_rl():
+    """A pytest row's ids that no test file can define (``report.log_only``, set when the
+    channel checks the run): ``official`` reads them in the log as swebench does; ``rl``
+    leaves them out, so such an id never pays the reward as a FAIL_TO_PASS test."""
+    task = Task(
+        instance_id="t-1",
+        repo="local/x",
+        base_commit="0" * 40,
+        problem_statement="",
+        patch="",
+        test_patch="",
+        FAIL_TO_PASS=["t.py::f"],
+        PASS_TO_PASS=["t.py::p", "[100%]"],
+    )
+    failing = {"t.py::f": "PASSED", "t.py::p": "PASSED", "[100%]": "FAILED"}
+
+    def finish(rule, t, status):  # noqa: ANN001, ANN202
+        report = GradingReport("t-1", False, None, rule=rule)
+        report.log_only = ["[100%]"]
+        return grading._finish(report, t, status, ran=True)
+
+    assert finish("official", task, failing).p2p_failed == ["[100%]"]
+    assert finish("rl", task, failing).resolved
+    only = dataclasses.replace(task, FAIL_TO_PASS=["[100%]"], PASS_TO_PASS=["t.py::p"])
+    forged = {"[100%]": "PASSED", "t.py::p": "PASSED"}
+    assert finish("official", only, forged).resolved  # swebench's verdict on this log
+    assert finish("rl", only, forged).reason == "no_fail_to_pass"

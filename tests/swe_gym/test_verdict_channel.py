@@ -161,3 +161,94 @@ def test_a_test_id_twin_does_not_back_the_test_it_collides_with(parser):
     tests = [t for t in log if t in ("t.py::test_x", "t.py::test_p[a", "t.py::test_p[a b]")]
     assert verdict.compare(log, chan, tests) == ["t.py::test_x"]
     assert verdict.injected(res) == ["t.py::test_x twin"]
+
+
+@pytest.mark.parametrize("parser", sorted(verdict.PYTEST_PARSERS))
+def test_a_key_cut_from_several_node_ids_passes_only_when_all_of_them_pass(parser):
+    """``PASSED t.py::f[a b]`` and ``PASSED t.py::f[a c]`` both key as ``t.py::f[a`` (the
+    parser cuts at a space; published rows list such keys): backed when every node id it was
+    cut from passed, not when one of them failed or when none was recorded."""
+    res = verdict.ChannelResult(sessions=1, ended=1)
+    _record(res, "t.py::f[a b]", "passed")
+    _record(res, "t.py::f[a c]", "passed")
+    _record(res, "t.py::g[a b]", "passed")
+    _record(res, "t.py::g[a c]", "failed")
+    _record(res, "t.py::k[x[0] + 1]", "passed")  # brackets inside (sqlfluff's ids)
+    chan = verdict.exact_status(res, parser)
+    log = {"t.py::f[a": "PASSED", "t.py::g[a": "PASSED", "t.py::h[a": "PASSED"}
+    assert verdict._lookup(chan, "t.py::f[a") == "PASSED"
+    assert verdict._lookup(chan, "t.py::k[x[0]") == "PASSED"
+    assert verdict.compare(log, chan, list(log)) == ["t.py::g[a", "t.py::h[a"]
+
+
+def test_ids_no_test_file_can_define_are_the_logs_alone():
+    """``[100%]``, ``[`` (an inner pytest's progress keyed by swebench's parser, in pytest's
+    own rows) can never have a record: ``compare`` leaves them out; node ids stay checked."""
+    assert verdict.log_only(["[100%]", "[", "[100%]-----", "t.py::f[a", "t.py::f", "t.py"]) == [
+        "[100%]",
+        "[",
+        "[100%]-----",
+        "t.py",
+    ]
+    assert not verdict.node_id_form("a b.py::f") and verdict.node_id_form("t.py::f[x y]")
+    log = {"[100%]": "PASSED", "t.py::f": "PASSED"}
+    assert verdict.compare(log, {}, ["[100%]", "t.py::f"]) == ["t.py::f"]
+
+
+_PROGRESS_TESTS = """import pytest
+
+from calc import add
+
+
+def test_prints_an_inner_runs_progress():
+    print("PASSED" + " " * 60 + "[100%]")  # as an inner pytest's verbose line
+
+
+@pytest.mark.parametrize("v", ["a b", "a c"])
+def test_spaced(v):
+    assert add(len(v), 0) == 3
+"""
+
+
+@pytest.fixture(scope="module")
+def progress_repo(tmp_path_factory):
+    from tests.conftest import diff_of, git
+
+    repos = tmp_path_factory.mktemp("repos")
+    repo = repos / "local__progress"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "tests" / "test_p.py").write_text(_PROGRESS_TESTS)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "progress")
+    new = _PROGRESS_TESTS + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+    row = {
+        "instance_id": "local__progress-1", "repo": "local/progress",
+        "base_commit": git(repo, "rev-parse", "HEAD").strip(), "problem_statement": "add",
+        "patch": diff_of(repo, "calc.py", "def add(a, b):\n    return a + b\n"),
+        "test_patch": diff_of(repo, "tests/test_p.py", new),
+        "FAIL_TO_PASS": ["tests/test_p.py::test_add"],
+        "PASS_TO_PASS": ["[100%]", "tests/test_p.py::test_spaced[a",
+                         "tests/test_p.py::test_prints_an_inner_runs_progress"],
+        "install_config": {"test_cmd": "python -m pytest -rA -p no:cacheprovider tests",
+                           "log_parser": "parse_log_pytest",
+                           "env_vars": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}},
+    }  # fmt: skip
+    return row, repos
+
+
+@pytest.mark.parametrize("rule", ["official", "rl"])
+def test_a_published_rows_ids_that_no_node_id_makes_do_not_fail_the_gold_patch(progress_repo, rule):
+    """The row lists ``[100%]`` (keyed from a test's printed line) and ``test_spaced[a`` (cut
+    from two node ids): the gold patch resolves under both rules, the ids the records cannot
+    back are listed, the empty patch still fails."""
+    from swe_gym.grading import grade_patch
+
+    row, repos = progress_repo
+    task, opts = normalise_row(row), {"repos_dir": str(repos)}
+    gold = grade_patch(task, task.patch, sandbox_options=opts, rule=rule)
+    assert gold.resolved, (gold.reason, gold.detail, gold.mismatch)
+    assert gold.log_only == ["[100%]"] and gold.status.get("[100%]") == "PASSED"
+    empty = grade_patch(task, "", sandbox_options=opts, rule=rule)
+    assert not empty.resolved and empty.reason == "tests_failed", empty.reason
