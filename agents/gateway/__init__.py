@@ -9,11 +9,12 @@ becomes trainable.
     trajectory = gateway.pop_session("ep-1")
 
 Requests may carry ``tools`` (rendered by the model's chat template, calls parsed back; see
-``agents.gateway.tools``) and ``stream: true`` (server-sent events). ``algos.rollout.agent_programs``
-trains agent programs through it (``--agent module:factory``).
+``agents.gateway.tools``) and ``stream: true`` (server-sent events); what a request may ask, and
+its size limits, are in ``agents.gateway.validation``. ``algos.rollout.agent_programs`` trains
+agent programs through it (``--agent module:factory``).
 """
 
-from agents.gateway.server import SESSION_HEADER, APIError, Gateway, sampling_params
+from agents.gateway.server import SESSION_HEADER, Gateway
 from agents.gateway.sessions import (
     PREFIX_FAILED,
     Reply,
@@ -22,12 +23,14 @@ from agents.gateway.sessions import (
     split_segments,
 )
 from agents.gateway.tools import ToolSupportError, parse_tool_calls
+from agents.gateway.validation import APIError, Limits, sampling_params
 
 __all__ = [
     "PREFIX_FAILED",
     "SESSION_HEADER",
     "APIError",
     "Gateway",
+    "Limits",
     "Reply",
     "SessionRecorder",
     "ToolSupportError",

@@ -4,187 +4,70 @@
 ``max_tokens``/``max_completion_tokens``, ``seed`` and ``stop`` honoured; ``tools`` in the chat
 template's form, see ``agents.gateway.tools``; ``stream`` as server-sent events), ``/v1/models``,
 and the recorded sessions: ``GET /v1/sessions`` (ids and counts), ``GET /v1/sessions/{id}``
-(the saved ``Trajectory`` form), ``DELETE /v1/sessions/{id}`` (returns it and forgets it). A streamed reply is generated and recorded whole before its first event goes out
-(the engines return whole generations), so a client that leaves mid-stream loses nothing
-already recorded; the events carry the content, then the tool calls, then the finish reason.
+(the saved ``Trajectory`` form), ``DELETE /v1/sessions/{id}`` (returns it and forgets it).
+A streamed reply is generated and recorded whole before its first event goes out (the engines
+return whole generations), so a client that leaves mid-stream loses nothing already recorded;
+the events carry the content, then the tool calls, then the finish reason.
+
 Errors come back in OpenAI's form, ``{"error": {"message", "type", "param", "code"}}`` with a
-4xx status, so the ``openai`` client raises its usual exceptions. The session is the
-``X-Session-Id`` header, else a hash of the API key; the key itself is never logged or stored.
+4xx status, so the ``openai`` client raises its usual exceptions; what is accepted, and the
+limits on a request's size, are in ``agents.gateway.validation``. A request is checked whole
+before the engine runs, so a refused one records nothing. The session is the ``X-Session-Id``
+header, else a hash of the API key; the key itself is never logged or stored.
+
+Generations run on threads of their own; the event loop never waits for one, so
+``/v1/models`` and ``/v1/sessions`` (counts as of each session's last recorded turn) answer
+while the engine works. :meth:`Gateway.close` is uvicorn's graceful shutdown: no new
+connections, running requests get ``shutdown_grace_s`` to finish; past it each gets a 503
+``gateway_shutting_down`` (not retried by the ``openai`` client) and its turn is not recorded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agents.gateway.sessions import ContextTooLong, Reply, SessionRecorder, key_session_id
-from agents.gateway.tools import ToolSupportError, normalize_tool_calls
+from agents.gateway.sessions import (
+    ContextTooLong,
+    Reply,
+    SessionRecorder,
+    TurnCancelled,
+    key_session_id,
+)
+from agents.gateway.tools import ToolSupportError
+from agents.gateway.validation import (
+    APIError,
+    Limits,
+    check_prompt_chars,
+    parse_json,
+    parse_messages,
+    parse_tools,
+    read_body,
+    sampling_params,
+    stream_flags,
+)
 from agents.protocols import Model, SamplingParams
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-session-id"
-ROLES = ("system", "user", "assistant", "tool")
-# Accepted only at their no-op values: anything else would change sampling without being honoured.
-_NOOP_PARAMS: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0, None),
-    "presence_penalty": (0, 0.0, None),
-    "logit_bias": (None, {}),
-    "tool_choice": (None, "none", "auto"),
-    "functions": (None, []),
-    "response_format": (None, {"type": "text"}),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-}
-_IGNORED = {
-    "model",
-    "messages",
-    "user",
-    "metadata",
-    "store",
-    "parallel_tool_calls",
-    "tools",
-    "stream",
-    "stream_options",
-}
-_SAMPLING = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n"}
-
-
-class APIError(Exception):
-    """An OpenAI-style error response."""
-
-    def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
-    ):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = "invalid_request_error" if status < 500 else "server_error"
-
-    def response(self) -> JSONResponse:
-        body = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return JSONResponse({"error": body}, status_code=self.status)
-
-
-def _number(body: dict, name: str, low: float, high: float, default: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise APIError(400, f"{name} must be a number in [{low}, {high}], got {value!r}", name)
-    return float(value)
-
-
-def sampling_params(body: dict[str, Any], default_max_tokens: int) -> SamplingParams:
-    """The request's sampling settings, or an ``APIError`` naming the bad field."""
-    for name, allowed in _NOOP_PARAMS.items():
-        if body.get(name) not in allowed:
-            hint = " (the model decides: use 'auto')" if name == "tool_choice" else ""
-            raise APIError(400, f"{name}={body[name]!r} is not supported{hint}", name)
-    unknown = sorted(set(body) - set(_NOOP_PARAMS) - _IGNORED - _SAMPLING)
-    if unknown:
-        raise APIError(400, f"unsupported parameters {unknown}", unknown[0])
-    if body.get("n", 1) != 1:
-        raise APIError(400, f"n must be 1 (one sample per request), got {body['n']!r}", "n")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = default_max_tokens if max_tokens is None else max_tokens  # 0 is an error
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise APIError(
-            400, f"max_tokens must be a positive integer, got {max_tokens!r}", "max_tokens"
-        )
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise APIError(400, f"seed must be an integer, got {seed!r}", "seed")
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else stop
-    if (
-        not isinstance(stop, list)
-        or not all(isinstance(s, str) and s for s in stop)
-        or len(stop) > 4
-    ):
-        raise APIError(
-            400, f"stop must be a string or up to 4 strings, got {body['stop']!r}", "stop"
-        )
-    top_p = _number(body, "top_p", 0.0, 1.0, 1.0)
-    if top_p == 0:
-        raise APIError(400, "top_p must be > 0", "top_p")
-    return SamplingParams(
-        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
-        top_p=top_p,
-        max_new_tokens=max_tokens,
-        seed=seed,
-        stop=stop,
-    )
-
-
-def _content(message: dict[str, Any], index: int) -> str:
-    content = message.get("content")
-    if content is None and message.get("role") == "assistant":
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        for p in content
-    ):
-        return "".join(p["text"] for p in content)
-    raise APIError(400, f"messages[{index}].content must be text, got {content!r:.80}", "messages")
-
-
-def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise APIError(400, "messages must be a non-empty list of messages", "messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise APIError(400, f"messages[{i}] must have a role in {list(ROLES)}", "messages")
-        if m.get("function_call"):
-            raise APIError(400, f"messages[{i}]: use tool_calls, not function_call", "messages")
-        if m.get("tool_calls"):
-            try:
-                normalize_tool_calls(m["tool_calls"], f"messages[{i}]")
-            except ValueError as e:
-                raise APIError(400, str(e), "messages") from None
-        out.append({**m, "content": _content(m, i)})
-    if out[-1]["role"] == "assistant":
-        raise APIError(400, "the last message must not be an assistant message", "messages")
-    return out
-
-
-def parse_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    tools = body.get("tools")
-    if not tools:
-        return None
-    ok = isinstance(tools, list) and all(
-        isinstance(t, dict)
-        and t.get("type") == "function"
-        and isinstance(t.get("function"), dict)
-        and isinstance(t["function"].get("name"), str)
-        for t in tools
-    )
-    if not ok:
-        raise APIError(
-            400, 'tools must be a list of {"type": "function", "function": {"name": ...}}', "tools"
-        )
-    return tools
-
-
-def _stream_flag(body: dict[str, Any]) -> bool:
-    stream = body.get("stream")
-    if stream not in (None, True, False):
-        raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
-    return bool(stream)
+# Engine calls wait on threads of their own, so reads (run_in_threadpool's 40 threads) never
+# queue behind generations; more requests than this wait for a free one.
+ENGINE_THREADS = 256
 
 
 def _stream_events(head: dict, reply: Reply, finish: str, usage: dict | None):
@@ -218,6 +101,17 @@ def model_context_limit(model: Model) -> int | None:
     return n if isinstance(n, int) and 0 < n < 10**7 else None
 
 
+@dataclass
+class _Chat:
+    """A chat request checked whole, before any session is touched."""
+
+    messages: list[dict[str, Any]]
+    params: SamplingParams
+    tools: list[dict[str, Any]] | None
+    stream: bool
+    include_usage: bool
+
+
 class Gateway:
     """OpenAI-compatible server in front of a token ``Model`` that records each session.
 
@@ -227,6 +121,8 @@ class Gateway:
         default_max_tokens: ``max_tokens`` when a request sets none.
         context_limit: prompt + ``max_tokens`` allowed per request, checked before the engine
             runs (a 400 naming it); default: the model's own (``model_context_limit``).
+        limits: what one request may ask (``agents.gateway.validation.Limits``).
+        shutdown_grace_s: how long :meth:`close` lets running requests finish.
     """
 
     def __init__(
@@ -235,13 +131,19 @@ class Gateway:
         name: str | None = None,
         default_max_tokens: int = 1024,
         context_limit: int | None = None,
+        limits: Limits | None = None,
+        shutdown_grace_s: float = 5.0,
     ):
         if default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be >= 1, got {default_max_tokens!r}")
+        if not shutdown_grace_s >= 0:
+            raise ValueError(f"shutdown_grace_s must be >= 0 seconds, got {shutdown_grace_s!r}")
         limit = context_limit if context_limit is not None else model_context_limit(model)
         self.recorder = SessionRecorder(model, name, context_limit=limit)
         self.name = self.recorder.name
         self.default_max_tokens = default_max_tokens
+        self.limits = limits or Limits()
+        self.shutdown_grace_s = shutdown_grace_s
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -252,6 +154,10 @@ class Gateway:
         )
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._slots: anyio.CapacityLimiter | None = None  # made on the server's loop
+        self._running = 0  # engine calls in flight (also after a shutdown gave up on them)
+        self._running_lock = threading.Lock()
+        self._closing = False
         self.url: str | None = None
 
     # recorded sessions ---------------------------------------------------------------------
@@ -272,32 +178,23 @@ class Gateway:
     def prefix_failures(self) -> int:
         return self.recorder.prefix_failures
 
+    @property
+    def running_generations(self) -> int:
+        """Engine calls not yet returned, including those a shutdown answered with a 503."""
+        return self._running
+
     # HTTP -----------------------------------------------------------------------------------
     async def _models(self, request: Request) -> JSONResponse:
         model = {"id": self.name, "object": "model", "created": 0, "owned_by": "swe-gym-rl"}
         return JSONResponse({"object": "list", "data": [model]})
 
     async def _sessions(self, request: Request) -> JSONResponse:
-        data = []
-        for sid in self.session_ids():
-            try:
-                traj = self.recorder.trajectory(sid)
-            except KeyError:  # deleted meanwhile
-                continue
-            data.append(
-                {
-                    "id": sid,
-                    "object": "session",
-                    "turns": len(traj.turns),
-                    "segments": len(traj.agent.get("segment_starts") or []),
-                    "prefix_failures": traj.agent.get("prefix_failures", 0),
-                }
-            )
+        data = [{**s, "object": "session"} for s in self.recorder.summaries()]
         return JSONResponse({"object": "list", "data": data})
 
     async def _one_session(self, request: Request) -> JSONResponse:
         """The session's Trajectory in its saved form (``Trajectory.from_dict`` reads it);
-        DELETE also removes it."""
+        DELETE also removes it. Waits for a turn in flight in that session (off the loop)."""
         sid = request.path_params["sid"]
         try:
             get = self.pop_session if request.method == "DELETE" else self.trajectory
@@ -306,49 +203,85 @@ class Gateway:
             return APIError(404, f"no session {sid!r}", "session", "session_not_found").response()
         return JSONResponse(traj.to_dict())
 
-    def _session_id(self, request: Request, messages: list[dict[str, Any]]) -> str:
-        """The ``X-Session-Id`` header names one session (its requests are served one at a
-        time, in order). Without it the API key names a family of sessions: each concurrent
-        conversation under the key gets its own (``SessionRecorder.route``)."""
+    def _session_key(self, request: Request) -> tuple[str | None, str]:
+        """``(header_id, "")`` when the ``X-Session-Id`` header names one session (its requests
+        are served one at a time, in order); else ``(None, family)``: the API key names a family
+        of sessions, each concurrent conversation under it gets its own (``route``)."""
         sid = request.headers.get(SESSION_HEADER)
         if sid:
-            return sid
+            return sid, ""
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         if not key:
             raise APIError(
                 401, f"send an {SESSION_HEADER!r} header or an API key to name the session"
             )
-        return self.recorder.route(key_session_id(key), messages)
+        return None, key_session_id(key)
+
+    def _check(self, body: dict[str, Any]) -> _Chat:
+        if body.get("model") != self.name:
+            raise APIError(
+                404,
+                f"model {body.get('model')!r:.80} is not served here; use {self.name!r}",
+                "model",
+                "model_not_found",
+            )
+        limit = self.recorder.context_limit
+        messages = parse_messages(body, self.limits.max_messages)
+        params = sampling_params(body, self.default_max_tokens, self.limits.max_tokens or limit)
+        tools = parse_tools(body)
+        stream, include_usage = stream_flags(body)
+        check_prompt_chars(messages, self.recorder.max_token_chars, limit)
+        return _Chat(messages, params, tools, stream, include_usage)
+
+    async def _generate(self, request: Request, chat: _Chat) -> Reply:
+        header_id, family = self._session_key(request)
+        cancelled = threading.Event()
+
+        def turn() -> Reply:
+            with self._running_lock:
+                self._running += 1
+            try:
+                if cancelled.is_set():  # shut down before this thread started
+                    raise TurnCancelled("cancelled before the engine ran")
+                sid = header_id or self.recorder.route(family, chat.messages)
+                return self.recorder.complete_turn(
+                    sid, chat.messages, chat.params, chat.tools, cancelled
+                )
+            finally:
+                with self._running_lock:
+                    self._running -= 1
+
+        if self._slots is None:
+            self._slots = anyio.CapacityLimiter(ENGINE_THREADS)
+        try:
+            return await anyio.to_thread.run_sync(turn, abandon_on_cancel=True, limiter=self._slots)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # uvicorn's graceful shutdown ran out of time: answer the client, record nothing.
+            cancelled.set()
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            raise APIError(
+                503,
+                "the gateway is shutting down and this request's generation did not finish "
+                f"within its {self.shutdown_grace_s} s grace; the turn was not recorded",
+                None,
+                "gateway_shutting_down",
+                {"x-should-retry": "false"},  # the openai client would retry a 503 otherwise
+            ) from None
+        except ToolSupportError as e:
+            raise APIError(400, str(e), "tools", "tools_not_supported") from None
+        except ContextTooLong as e:
+            raise APIError(400, str(e), "messages", "context_length_exceeded") from None
 
     async def _chat(self, request: Request) -> JSONResponse | StreamingResponse:
         try:
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise APIError(400, f"request body is not valid JSON: {e}") from None
-            if not isinstance(body, dict):
-                raise APIError(400, "request body must be a JSON object")
-            if body.get("model") != self.name:
-                raise APIError(
-                    404,
-                    f"model {body.get('model')!r} is not served here; use {self.name!r}",
-                    "model",
-                    "model_not_found",
-                )
-            messages = parse_messages(body)
-            params = sampling_params(body, self.default_max_tokens)
-            tools = parse_tools(body)
-            stream = _stream_flag(body)
-            sid = self._session_id(request, messages)
-            try:
-                reply = await run_in_threadpool(
-                    self.recorder.complete_turn, sid, messages, params, tools
-                )
-            except ToolSupportError as e:
-                raise APIError(400, str(e), "tools", "tools_not_supported") from None
-            except ContextTooLong as e:
-                raise APIError(400, str(e), "messages", "context_length_exceeded") from None
+            raw = await read_body(request, self.limits.max_body_bytes)
+            chat = self._check(await run_in_threadpool(parse_json, raw, self.limits.max_depth))
+            reply = await self._generate(request, chat)
         except APIError as e:
             return e.response()
         except Exception:
@@ -363,9 +296,8 @@ class Gateway:
             "model": self.name,
         }
         finish = "tool_calls" if reply.tool_calls else gen.finish_reason
-        if stream:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = _stream_events(head, reply, finish, usage if include_usage else None)
+        if chat.stream:
+            events = _stream_events(head, reply, finish, usage if chat.include_usage else None)
             return StreamingResponse(events, media_type="text/event-stream")
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
         if reply.tool_calls:
@@ -386,7 +318,14 @@ class Gateway:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            # Typed int, used as asyncio.timeout(...): a float works.
+            timeout_graceful_shutdown=self.shutdown_grace_s,  # type: ignore[arg-type]
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="gateway", daemon=True
@@ -401,11 +340,14 @@ class Gateway:
         return self.url
 
     def close(self) -> None:
-        """Stop serving (idempotent)."""
+        """Stop serving (idempotent): no new connections; running requests get
+        ``shutdown_grace_s`` to finish, then a 503 (their engine calls may still be running:
+        ``running_generations``)."""
         if self._server is not None:
+            self._closing = True
             self._server.should_exit = True
             if self._thread is not None:
-                self._thread.join(timeout=10)
+                self._thread.join(timeout=self.shutdown_grace_s + 10)
         self._server = self._thread = None
 
     def __enter__(self) -> Gateway:

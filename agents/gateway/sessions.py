@@ -4,13 +4,16 @@ A client sends the whole message history on every request. The session keeps the
 engine was conditioned on and sampled so far, plus the messages they stand for. A request that
 extends those messages (the previous ones, then the assistant reply the gateway returned, then
 new messages) only appends ids: the end-of-turn filler the model did not sample and the new
-messages' ids from ``agents.chat.ChatTemplate``. Earlier ids are never re-tokenised.
+messages' ids (``agents.gateway.rendering``). Earlier ids are never re-tokenised.
 
 Anything else is a prefix-check failure: the client edited or dropped history, retried a turn,
 or the chat template re-renders earlier messages once more follow (Qwen3 drops past ``<think>``
 blocks). The turn is then rendered whole, starts a new segment (a per-turn sample), is counted,
 and is marked (``invalid_action=True``, ``invalid_reason`` starting with ``prefix_check_failed``)
 so the learner masks it or splits the trajectory with :func:`split_segments`.
+
+A request that fails (a refused prompt, an engine error, a cancelled request) records nothing: no
+turn, no count, and a session it created is forgotten.
 
 Requests with ``tools``, assistant ``tool_calls`` or ``role: tool`` messages are rendered with
 the tools by the template itself (``agents.gateway.tools``); their appended ids are the text the
@@ -25,22 +28,19 @@ import dataclasses
 import hashlib
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.chat import ChatTemplate, ChatTemplateError
-from agents.gateway.tools import (
-    ToolSupportError,
-    normalize_tool_calls,
-    parse_tool_calls,
-    render_text,
-    tool_call_form,
-)
+from agents.gateway.rendering import TokenRenderer, longest_token_chars, normalize_message
+from agents.gateway.tools import normalize_tool_calls, parse_tool_calls
 from agents.protocols import Conversation, Generation, Model, SamplingParams
 from agents.trajectory import Trajectory, Turn
 
 PREFIX_FAILED = "prefix_check_failed"
+
+
+class TurnCancelled(RuntimeError):
+    """The request was cancelled while its generation ran: the turn is not recorded."""
 
 
 class ContextTooLong(ValueError):
@@ -58,21 +58,6 @@ class ContextTooLong(ValueError):
 def key_session_id(api_key: str) -> str:
     """A session id derived from an API key: a hash, so the key itself is never stored."""
     return "key-" + hashlib.sha256(api_key.encode()).hexdigest()[:16]
-
-
-def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a message the template renders (clients echo back extra null fields)."""
-    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
-    for key in ("name", "tool_call_id"):
-        if message.get(key):
-            out[key] = message[key]
-    if message.get("tool_calls"):
-        out["tool_calls"] = normalize_tool_calls(message["tool_calls"], "message")
-    return out
-
-
-def _uses_tools(messages: Sequence[dict[str, Any]], tools: list | None) -> bool:
-    return bool(tools) or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
 
 
 @dataclass
@@ -115,9 +100,15 @@ class Session:
     tools: list[dict[str, Any]] | None = None  # the tools the session's ids were rendered with
     metadata: dict[str, Any] = field(default_factory=dict)  # passed on to the engine each turn
     lock: threading.Lock = field(default_factory=threading.Lock)
-    busy: bool = False  # a request is routed to it (set and read under the recorder's lock)
+    # Under the recorder's lock: ``busy`` when route() gave it to a request, ``users`` the
+    # requests holding it (one left with no turn, and not pinned, is forgotten), ``summary`` the
+    # counts /v1/sessions lists without waiting for a turn in flight.
+    busy: bool = False
+    users: int = 0
     pinned: bool = False  # opened by its owner (open_session): every request of its key is its
-    routed: bool = False  # made by route() for a request: forgotten if that request fails
+    summary: dict[str, int] = field(
+        default_factory=lambda: {"turns": 0, "segments": 0, "prefix_failures": 0}
+    )
 
 
 class SessionRecorder:
@@ -132,95 +123,23 @@ class SessionRecorder:
             )
         self.model = model
         self.name = name or model.name
-        self.template = ChatTemplate(tokenizer)
-        self._generation_prompt = self._generation_prompt_ids()
+        self.renderer = TokenRenderer(tokenizer, self.name)
+        self.template = self.renderer.template
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._tool_form: str | ToolSupportError | None = None
         self.prefix_failures = 0
         self.requests = 0
         self.context_limit = context_limit
-
-    # -- token rendering ------------------------------------------------------------------------
-    def _render_text(
-        self, messages: Sequence[dict[str, Any]], generation_prompt: bool, tools: list | None = None
-    ) -> str:
-        return render_text(self.template.tokenizer, list(messages), generation_prompt, tools)
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.template.tokenizer.encode(text, add_special_tokens=False))
+        self.max_token_chars = longest_token_chars(tokenizer)
 
     def check_tools(self) -> None:
         """``ToolSupportError`` naming the model when its template cannot take ``tools``."""
-        if self._tool_form is None:
-            try:
-                self._tool_form = tool_call_form(self.template.tokenizer)
-            except ToolSupportError as e:
-                self._tool_form = e
-        if isinstance(self._tool_form, ToolSupportError):
-            raise ToolSupportError(f"model {self.name!r}: {self._tool_form}")
+        self.renderer.check_tools()
 
     @property
     def tool_form(self) -> str:
         """The template's tool-call form (``agents.gateway.tools.TOOL_CALL_FORMS``)."""
-        self.check_tools()
-        assert isinstance(self._tool_form, str)
-        return self._tool_form
-
-    def _initial_ids(self, messages: list[dict[str, Any]], tools: list | None) -> list[int]:
-        if _uses_tools(messages, tools):
-            return self._encode(self._render_text(messages, True, tools))
-        return self.template.initial_ids(messages)
-
-    def _generation_prompt_ids(self) -> list[int]:
-        """Ids of the generation prompt, to drop from all but the last appended message."""
-        user = {"role": "user", "content": "Dummy follow-up."}
-        try:
-            with_prompt = self.template.message_delta_ids(user)
-        except ChatTemplateError:
-            return []  # not append-only: every later turn is rendered whole (see _extension)
-        text = self._render_text([user], True)
-        bare = self._render_text([user], False)
-        if not text.startswith(bare):
-            return []
-        suffix = text[len(bare) :]
-        ids = list(self.template.tokenizer.encode(suffix, add_special_tokens=False))
-        return ids if ids and with_prompt[-len(ids) :] == ids else []
-
-    def _appended_ids(self, new: Sequence[dict[str, Any]]) -> list[int]:
-        ids: list[int] = []
-        gp = self._generation_prompt
-        for message in new[:-1]:
-            delta = self.template.message_delta_ids(message)
-            if gp and delta[-len(gp) :] == gp:
-                delta = delta[: -len(gp)]
-            ids += delta
-        return ids + self.template.message_delta_ids(new[-1])
-
-    def _extension(
-        self, session: Session, messages: list[dict[str, Any]], tools: list | None
-    ) -> tuple[list, str]:
-        """``(delta_ids, "")`` if ``messages`` extends the session, else ``([], why)``."""
-        old = session.messages
-        if not old:
-            return [], ""
-        if len(messages) <= len(old) or messages[: len(old)] != old:
-            return [], "the request's messages do not extend the session's history plus reply"
-        if (tools or None) != session.tools:
-            return [], "the request's tools differ from the session's"
-        new = messages[len(old) :]
-        base = self._render_text(old, False, tools)
-        full = self._render_text(messages, True, tools)
-        if not full.startswith(base):
-            return [], "the chat template re-renders earlier messages (not append-only)"
-        if _uses_tools(messages, tools):
-            delta = self._encode(full[len(base) :])
-        else:
-            try:
-                delta = self._appended_ids(new)
-            except ChatTemplateError as e:
-                return [], f"chat template: {e}"
-        return self.template.turn_filler(session.last_completion) + delta, ""
+        return self.renderer.tool_form
 
     # -- sessions -------------------------------------------------------------------------------
     def _session(self, session_id: str) -> Session:
@@ -278,8 +197,7 @@ class SessionRecorder:
                 while sid in self._sessions:
                     sid += "~"
                 pick = self._new_session(sid)
-                pick.routed = True
-            pick.busy = True  # released when its turn is recorded (complete_turn)
+            pick.busy = True  # released when its request ends (complete_turn)
             return pick.session_id
 
     def complete_turn(
@@ -288,50 +206,51 @@ class SessionRecorder:
         messages: list[dict[str, Any]],
         params: SamplingParams,
         tools: list[dict[str, Any]] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> Reply:
         """Like :meth:`complete`, with ``tools`` rendered by the template and the reply's tool
         calls parsed back (``ToolSupportError`` when the template cannot take tools).
         ``ContextTooLong`` before the engine runs when the prompt and ``max_new_tokens`` pass
-        ``context_limit``; the session is then left as it was."""
+        ``context_limit``; ``TurnCancelled`` when ``cancelled`` is set by the time the engine
+        returns. A request that fails leaves the session as it was."""
+        with self._lock:
+            session = self._sessions.get(session_id) or self._new_session(session_id)
+            session.users += 1
         try:
-            return self._complete_turn(session_id, messages, params, tools)
+            return self._complete_turn(session, messages, params, tools, cancelled)
         finally:
             with self._lock:
-                session = self._sessions.get(session_id)
-                if session is not None:
-                    session.busy = False
-                    if session.routed and not session.trajectory.turns:  # the request failed
-                        del self._sessions[session_id]
+                session.users -= 1
+                session.busy = session.users > 0
+                unused = not (session.users or session.pinned or session.trajectory.turns)
+                if unused and self._sessions.get(session_id) is session:
+                    del self._sessions[session_id]
 
     def _complete_turn(
         self,
-        session_id: str,
+        session: Session,
         messages: list[dict[str, Any]],
         params: SamplingParams,
         tools: list[dict[str, Any]] | None,
+        cancelled: threading.Event | None,
     ) -> Reply:
         tools = tools or None
         if tools:
             self.check_tools()
         messages = [normalize_message(m) for m in messages]
-        session = self._session(session_id)
         with session.lock:  # one request at a time per session: turns stay ordered
             started = time.perf_counter()
-            delta, why = self._extension(session, messages, tools)
+            delta, why = self.renderer.extension(
+                session.messages, session.tools, session.last_completion, messages, tools
+            )
             traj = session.trajectory
             new_segment = not delta
             if new_segment:
-                delta = self._initial_ids(messages, tools)
+                delta = self.renderer.initial_ids(messages, tools)
             prompt = list(delta) if new_segment else session.token_ids + delta
             limit = self.context_limit
             if limit is not None and len(prompt) + params.max_new_tokens > limit:
                 raise ContextTooLong(len(prompt), params.max_new_tokens, limit)
-            if new_segment:
-                if why:
-                    session.prefix_failures += 1
-                    traj.agent["prefix_failures"] = session.prefix_failures
-                    with self._lock:
-                        self.prefix_failures += 1
             conversation = Conversation(
                 messages=messages,
                 token_ids=prompt,
@@ -345,8 +264,17 @@ class SessionRecorder:
                     f"engine {self.model.name!r} returned no exact token ids/log-probs; the "
                     "gateway records token-exact trajectories only"
                 )
+            if cancelled is not None and cancelled.is_set():
+                raise TurnCancelled(f"session {session.session_id!r}: the request was cancelled")
+            content, calls = parse_tool_calls(gen.text, self.tool_form) if tools else (gen.text, [])
+            reply: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:  # stored as the client will echo it back (normalize_message)
+                reply["tool_calls"] = normalize_tool_calls(calls, "reply")
             if new_segment:
                 traj.agent["segment_starts"].append(len(traj.turns))
+            if why:
+                session.prefix_failures += 1
+                traj.agent["prefix_failures"] = session.prefix_failures
             if not traj.system_prompt and messages[0]["role"] == "system":
                 traj.system_prompt = messages[0]["content"]
             if not traj.prompt:
@@ -366,16 +294,18 @@ class SessionRecorder:
                     wall_s=time.perf_counter() - started,
                 )
             )
-            content, calls = parse_tool_calls(gen.text, self.tool_form) if tools else (gen.text, [])
-            reply: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:  # stored as the client will echo it back (normalize_message)
-                reply["tool_calls"] = normalize_tool_calls(calls, "reply")
             session.messages = [*messages, reply]
             session.tools = tools
             session.token_ids = prompt + list(gen.token_ids)
             session.last_completion = list(gen.token_ids)
             with self._lock:
                 self.requests += 1
+                self.prefix_failures += bool(why)
+                session.summary = {
+                    "turns": len(traj.turns),
+                    "segments": len(traj.agent["segment_starts"]),
+                    "prefix_failures": session.prefix_failures,
+                }
             usage = {"prompt_tokens": len(prompt), "completion_tokens": len(gen.token_ids)}
             gen = dataclasses.replace(gen, usage={**gen.usage, **usage})
             return Reply(gen, content, calls)
@@ -383,6 +313,11 @@ class SessionRecorder:
     def session_ids(self) -> list[str]:
         with self._lock:
             return list(self._sessions)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Each session's id and counts as of its last recorded turn (never waits for one)."""
+        with self._lock:
+            return [{"id": sid, **s.summary} for sid, s in self._sessions.items()]
 
     def trajectory(self, session_id: str) -> Trajectory:
         """A copy of the session's trajectory so far (``KeyError`` naming known sessions)."""

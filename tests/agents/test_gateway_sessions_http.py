@@ -69,7 +69,7 @@ def test_a_prompt_past_the_context_is_refused_before_the_engine(gateway, engine)
     with pytest.raises(openai.BadRequestError) as e:
         _chat(c, [{"role": "user", "content": "word " * 400}])
     assert e.value.code == "context_length_exceeded" and "200 tokens" in e.value.message
-    assert gateway.trajectory("long").num_turns == 0  # nothing recorded, the session untouched
+    assert gateway.session_ids() == []  # nothing recorded, not even an empty session
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
         c.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=0
