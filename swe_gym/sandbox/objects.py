@@ -199,18 +199,25 @@ def _build(repo: Path, sha: str, out: Path, parent: BasePack | None) -> None:
     (out / "done").write_text(sha + "\n")
 
 
+def tree_blobs(repo: Path | str, sha: str) -> list[tuple[str, str]]:
+    """(path, object id) of every entry of ``sha``'s tree, recursively (``git ls-tree -r``).
+    SandboxError when git cannot read the tree."""
+    out = host_git("ls-tree", "-r", "-z", sha, cwd=repo).decode("utf-8", "surrogateescape")
+    entries = [e.split("\t", 1) for e in out.split("\0") if "\t" in e]
+    return [(path, meta.split()[2]) for meta, path in entries]
+
+
 def _missing_files(repo: Path, sha: str) -> list[str]:
     """Paths of ``sha``'s tree whose blobs the clone lacks (best effort: [] when unreadable)."""
     try:
-        listing = host_git("ls-tree", "-r", "-z", sha, cwd=repo).split(b"\0")
-        entries = [e.split(b"\t", 1) for e in listing if b"\t" in e]
-        ids = [meta.split()[2] for meta, _ in entries]
-        check = host_git("cat-file", "--batch-check", cwd=repo, input=b"\n".join(ids) + b"\n")
+        blobs = tree_blobs(repo, sha)
+        ids = "".join(f"{oid}\n" for _, oid in blobs).encode()
+        check = host_git("cat-file", "--batch-check", cwd=repo, input=ids)
     except (SandboxError, IndexError):
         return []
     return [
-        path.decode("utf-8", "replace")
-        for (_, path), line in zip(entries, check.splitlines(), strict=False)
+        path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # for a message
+        for (path, _), line in zip(blobs, check.splitlines(), strict=False)
         if line.endswith(b" missing")
     ]
 
@@ -275,4 +282,6 @@ def init_repo(
         host_git(*args, cwd=work_tree or git_dir, env=env)
 
 
-__all__ = ["BasePack", "base_pack", "git_env", "host_git", "init_repo", "packs_root"]
+__all__ = [
+    "BasePack", "base_pack", "git_env", "host_git", "init_repo", "packs_root", "tree_blobs",
+]  # fmt: skip

@@ -34,7 +34,7 @@ def _clone_readers(repo: Path | None):  # noqa: ANN202
     if repo is None:
         return None, None, None
     from swe_gym.errors import SandboxError
-    from swe_gym.sandbox.objects import host_git
+    from swe_gym.sandbox.objects import host_git, tree_blobs
 
     def read_file(commit: str, path: str) -> str | None:
         try:
@@ -50,16 +50,9 @@ def _clone_readers(repo: Path | None):  # noqa: ANN202
 
     def install_inputs(commit: str) -> str | None:
         try:
-            out = host_git("ls-tree", "-r", "-z", commit, cwd=repo).decode(
-                "utf-8", "surrogateescape"
-            )
+            return inputs_digest(tree_blobs(repo, commit))
         except SandboxError:
             return None
-        blobs = []
-        for entry in filter(None, out.split("\0")):
-            meta, path = entry.split("\t", 1)
-            blobs.append((path, meta.split()[2]))
-        return inputs_digest(blobs)
 
     return read_file, commit_date, install_inputs
 
