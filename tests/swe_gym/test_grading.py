@@ -21,7 +21,13 @@ from swe_gym.tasks import Task, normalise_row
 from tests.conftest import TESTS
 
 
-def _task(repo: str = "local/x", install_config: dict | None = None, test_patch: str = "") -> Task:
+def _task(
+    repo: str = "local/x",
+    install_config: dict | None = None,
+    test_patch: str = "",
+    f2p: list[str] | None = None,
+    p2p: list[str] | None = None,
+) -> Task:
     return Task(
         instance_id="t-1",
         repo=repo,
@@ -29,8 +35,8 @@ def _task(repo: str = "local/x", install_config: dict | None = None, test_patch:
         problem_statement="",
         patch="",
         test_patch=test_patch,
-        FAIL_TO_PASS=["a"],
-        PASS_TO_PASS=[],
+        FAIL_TO_PASS=f2p if f2p is not None else ["a"],
+        PASS_TO_PASS=p2p or [],
         install_config=install_config,
     )
 
@@ -107,16 +113,7 @@ def test_test_command_falls_back_to_swebenchs_spec_then_pytest(tmp_path, monkeyp
 def test_pass_rates_are_the_share_of_each_list_that_passed():
     """The verdict rule on a parsed status map (no sandbox): a failed or skipped F2P test and
     a missing P2P test fail, XFAIL and a skipped P2P test pass; rates are over each list."""
-    task = Task(
-        instance_id="t-1",
-        repo="local/x",
-        base_commit="0" * 40,
-        problem_statement="",
-        patch="",
-        test_patch="",
-        FAIL_TO_PASS=["f1", "f2"],
-        PASS_TO_PASS=["p1", "p2", "p3", "p4"],
-    )
+    task = _task(f2p=["f1", "f2"], p2p=["p1", "p2", "p3", "p4"])
     status = {"f1": "PASSED", "f2": "FAILED", "p1": "PASSED", "p2": "SKIPPED", "p3": "XFAIL"}
     report = grading._finish(GradingReport("t-1", False, None), task, status, ran=True)
     assert (report.f2p_pass, report.f2p_failed) == (0.5, ["f2"])
@@ -345,16 +342,7 @@ def test_ids_no_node_id_makes_are_judged_on_the_log_by_swebench_and_left_out_by_
     """A pytest row's ids that no test file can define (``report.log_only``, set when the
     channel checks the run): ``official`` reads them in the log as swebench does; ``rl``
     leaves them out, so such an id never pays the reward as a FAIL_TO_PASS test."""
-    task = Task(
-        instance_id="t-1",
-        repo="local/x",
-        base_commit="0" * 40,
-        problem_statement="",
-        patch="",
-        test_patch="",
-        FAIL_TO_PASS=["t.py::f"],
-        PASS_TO_PASS=["t.py::p", "[100%]"],
-    )
+    task = _task(f2p=["t.py::f"], p2p=["t.py::p", "[100%]"])
     failing = {"t.py::f": "PASSED", "t.py::p": "PASSED", "[100%]": "FAILED"}
 
     def finish(rule, t, status):  # noqa: ANN001, ANN202
