@@ -218,7 +218,7 @@ def _build(recipe: Recipe, root: Path, label: str, allow_nearest: bool, runner) 
             cfile = root / "build-constraints.txt"
             constraints = build_constraints(py, cut, cfile)
             _log(log, "build constraints: " + " ".join(constraints))
-        at = recipe.install_commit or recipe.setup_commit
+        at = recipe.install_rev
         _progress(label, f"install step at {at[:12]}: {recipe.install}", t0)
         checkout = runner(recipe, cmds, venv, log, cfile)
         try:

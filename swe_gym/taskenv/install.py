@@ -1,8 +1,8 @@
 """The recipe's install step, run once per environment in a bubblewrap sandbox.
 
-The working copy of the install commit (the row's base commit) is at ``/testbed`` (as in every task sandbox, so an
-editable install's paths stay right there), the environment's directory is writable at its
-host path, the interpreter's prefix read-only; PyPI is reachable (build dependencies), the
+The working copy of the install commit (the row's base commit) is at ``/testbed`` (as in
+every task sandbox, so an editable install's paths stay right there), the environment's
+directory is writable at its host path, the interpreter's prefix read-only; PyPI is reachable (build dependencies), the
 host's home, caches and this project are not. The build's constraints file
 (``swe_gym.taskenv.seeds``) reaches pip through ``PIP_CONSTRAINT`` and ``PIP_BUILD_CONSTRAINT``;
 when pip finds them in conflict with what the project asks for (a ``setuptools>=64`` newer
@@ -69,7 +69,7 @@ def make_runner(repo_name: str, repo: Path, env_vars: dict[str, str] | None = No
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise EnvBuildError("the install step needs bubblewrap (apt-get install bubblewrap)")
-        at = recipe.install_commit or recipe.setup_commit
+        at = recipe.install_rev
         try:
             pack = base_pack(repo_name, repo, at)
         except SandboxError as e:

@@ -73,6 +73,11 @@ class Recipe:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
 
     @property
+    def install_rev(self) -> str:
+        """The commit the install step runs at (a recipe made by hand may set only the setup one)."""
+        return self.install_commit or self.setup_commit
+
+    @property
     def empty(self) -> bool:
         return not (self.python or self.packages or self.requirements or self.install)
 
