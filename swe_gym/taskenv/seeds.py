@@ -4,8 +4,8 @@
 A venv gets today's seeds from ``uv venv --seed`` whatever the resolution date says, and an
 install step's build isolation fetches today's build backends. Both break old rows: setuptools
 81 dropped ``pkg_resources`` (imported at run time by many older packages), pip 25 dropped the
-``setup.py develop`` editable install that a ``setup.py``-only project needs, setuptools 72
-dropped ``setuptools.command.test``. So the seeds are installed with ``--exclude-newer`` at
+``setup.py develop`` editable install that a ``setup.py``-only project needs, and today's
+setuptools turns ``develop`` into a PEP 660 install that an old pip cannot do. So the seeds are installed with ``--exclude-newer`` at
 the cut, and the install step's pip gets a constraints file (``PIP_CONSTRAINT``, which an
 era pip applies to its build isolation too, and ``PIP_BUILD_CONSTRAINT`` for a newer one)
 pinning ``setuptools`` and ``wheel`` to the venv's and the common build backends to their
@@ -22,6 +22,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from swe_gym.taskenv.uvtool import run_uv
 
 SEEDS = ("pip", "setuptools", "wheel")
@@ -33,10 +35,6 @@ PYTHON_RELEASED = {
     "3.14": "2025-10-07",
 }  # fmt: skip
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def seed_cut(date: str, minor: str) -> tuple[str, str]:
@@ -59,13 +57,13 @@ def installed(python: str) -> dict[str, str]:
     p = run_uv("pip", "list", "--python", python, "--format", "json")
     if p.returncode != 0:
         return {}
-    return {_canon(d["name"]): d["version"] for d in json.loads(p.stdout or "[]")}
+    return {canonicalize_name(d["name"]): d["version"] for d in json.loads(p.stdout or "[]")}
 
 
 def install_seeds(python: str, cut: str, overrides: list[str], check) -> dict[str, str]:  # noqa: ANN001
     """Install the seeds as of ``cut`` (an override replaces the date's pick of its package);
     ``check(process, what)`` logs and raises. Returns the seeds' versions."""
-    over = {_canon(m.group(1)): r for r in overrides if (m := _NAME.match(r))}
+    over = {canonicalize_name(m.group(1)): r for r in overrides if (m := _NAME.match(r))}
     dated = [s for s in SEEDS if s not in over]
     args = ["pip", "install", "--python", python]
     if dated:
@@ -89,11 +87,11 @@ def _compile(python: str, cut: str, names: list[str]) -> dict[str, str] | None:
         )  # fmt: skip
     if p.returncode != 0:
         return None
-    pins = {}
+    pins: dict[str, str] = {}
     for line in p.stdout.splitlines():
         name, _, version = line.strip().partition("==")
         if version:
-            pins[_canon(name)] = version.split(";")[0].strip()
+            pins[canonicalize_name(name)] = version.split(";")[0].strip()
     return pins
 
 
