@@ -12,7 +12,9 @@ from algos.run_config import RLConfig
 from swe_gym.errors import unknown_choice
 
 ON_EXHAUSTED = ("error", "skip")
-OLD_LOGPROBS = ("auto", "sampler", "recompute")
+OLD_LOGPROBS = ("auto", "behaviour", "recompute")
+# the value "behaviour" had before it was named for the policy (configs saved by earlier runs)
+OLD_LOGPROBS_ALIASES = {"sampler": "behaviour"}
 
 
 @dataclass
@@ -66,9 +68,10 @@ class PolicyGradientConfig(RLConfig):
     reward_fn: str | None = None
     """'module:function' computing the reward from a Trajectory (default: the env's reward)."""
     old_logprobs: str = "auto"
-    """Log-probs of the importance ratio's denominator: sampler (the engine's), recompute (the
-    learner's before the first step), auto (sampler when the engine shares the policy module and
-    no off-policy correction is on). sampler with a correction is refused for clipped losses."""
+    """Log-probs of the importance ratio's denominator: behaviour (the rollout engine's, as it
+    sampled), recompute (the learner's before the first step: the proximal policy), auto
+    (behaviour when the engine shares the policy module and no off-policy correction is on).
+    behaviour with a correction is refused for clipped losses."""
     loss: str = "grpo"
     """Policy loss name in algos.objectives's registry."""
     agg_mode: str = "seq-mean-token-mean"
@@ -136,6 +139,7 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
         raise unknown_choice("filter", cfg.filter, objectives.FILTERS)
     if cfg.on_exhausted not in ON_EXHAUSTED:
         raise unknown_choice("on_exhausted", cfg.on_exhausted, ON_EXHAUSTED)
+    cfg.old_logprobs = OLD_LOGPROBS_ALIASES.get(cfg.old_logprobs, cfg.old_logprobs)
     if cfg.old_logprobs not in OLD_LOGPROBS:
         raise unknown_choice("old_logprobs", cfg.old_logprobs, OLD_LOGPROBS)
     for name in (
@@ -176,21 +180,21 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
             f"eps_low={cfg.eps_low} > eps_high={cfg.eps_high}: the clip range needs "
             "eps_high >= eps_low (Nebius: 0.2/0.3 stage 1, 0.2/0.26 stage 2; GSPO: 3e-4/4e-4)"
         )
-    # Refused, not warned: the two settings contradict. 'sampler' makes the sampler's log-probs
+    # Refused, not warned: the two settings contradict. 'behaviour' makes the rollout's log-probs
     # the ratio's denominator; a correction makes it the learner's before the step, which
-    # 'sampler' never computes, so the learner takes each step's own forward: every ratio is 1
-    # and the clip never acts. pg has no clip, and its weight pi / pi_sampler is then exact.
+    # 'behaviour' never computes, so the learner takes each step's own forward: every ratio is 1
+    # and the clip never acts. pg has no clip, and its weight pi / pi_behaviour is then exact.
     if (
-        cfg.old_logprobs == "sampler"
+        cfg.old_logprobs == "behaviour"
         and cfg.off_policy_correction != "none"
         and cfg.loss in objectives.NEEDS_OLD_LOGPROBS
     ):
         raise ConfigError(
-            f"old_logprobs='sampler' with off_policy_correction={cfg.off_policy_correction!r} "
+            f"old_logprobs='behaviour' with off_policy_correction={cfg.off_policy_correction!r} "
             f"would switch off the clip of loss {cfg.loss!r}: a correction takes the ratio's "
-            "denominator from the learner's log-probs before the step, which 'sampler' does not "
-            "compute, so every ratio would be 1; with a correction use old_logprobs=recompute or "
-            "auto, or keep old_logprobs=sampler with off_policy_correction=none (or loss pg)"
+            "denominator from the learner's log-probs before the step, which 'behaviour' does "
+            "not compute, so every ratio would be 1; with a correction use old_logprobs=recompute or "
+            "auto, or keep old_logprobs=behaviour with off_policy_correction=none (or loss pg)"
         )
     if cfg.agg_mode not in objectives.AGG_MODES:
         raise unknown_choice("agg_mode", cfg.agg_mode, objectives.AGG_MODES)
@@ -225,16 +229,16 @@ def learner_config_from(cfg: PolicyGradientConfig, loss_kwargs: dict[str, Any]) 
 
 
 def resolve_old_logprobs(cfg: PolicyGradientConfig, on_policy: bool, shares_weights: bool) -> str:
-    """``old_logprobs`` made concrete: ``auto`` takes the sampler's log-probs only when the
-    sampler is the training module itself and no off-policy correction is asked for (a
-    correction needs the learner's log-probs next to the sampler's), else ``recompute``."""
+    """``old_logprobs`` made concrete: ``auto`` takes the behaviour log-probs only when the
+    rollout engine is the training module itself and no off-policy correction is asked for (a
+    correction needs the learner's log-probs next to the behaviour policy's), else ``recompute``."""
     mode = cfg.old_logprobs
     if mode == "auto":
         correct = getattr(cfg, "off_policy_correction", "none") != "none"
-        mode = "sampler" if on_policy and shares_weights and not correct else "recompute"
-    if mode == "sampler" and not on_policy:
+        mode = "behaviour" if on_policy and shares_weights and not correct else "recompute"
+    if mode == "behaviour" and not on_policy:
         raise ConfigError(
-            f"old_logprobs='sampler' needs on-policy rollouts; rollout_model="
+            f"old_logprobs='behaviour' needs on-policy rollouts; rollout_model="
             f"{cfg.rollout_model!r} is another model: use old_logprobs=recompute"
         )
     return mode

@@ -113,7 +113,7 @@ def run_row(method: str, shape: str, length: int, device: str, steps: int, profi
         sample = Sample(
             input_ids=ids.tolist(),
             loss_mask=[0] + [1] * (length - 1),
-            old_logprobs=[0.0] + [uniform] * (length - 1),
+            behaviour_logprobs=[0.0] + [uniform] * (length - 1),
             advantage=1.0,
         )
 

@@ -48,7 +48,7 @@ def make_samples(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[Sample
             Sample(
                 ids,
                 mask,
-                old_logprobs=old,
+                behaviour_logprobs=old,
                 advantage=float(torch.randn(1, generator=g)),
                 sample_id=i,
             )

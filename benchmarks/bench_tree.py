@@ -54,7 +54,7 @@ def make_group(g: int, prefix: int, lo: int, hi: int, vocab: int, seed: int):
             Sample(
                 ids,
                 mask,
-                old_logprobs=[-2.0 * m for m in mask],
+                behaviour_logprobs=[-2.0 * m for m in mask],
                 advantage=1.0 if i % 2 else -1.0,
                 sample_id=i,
             )

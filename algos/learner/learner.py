@@ -267,20 +267,18 @@ class Learner:
     ) -> tuple[Tensor, dict[str, float]]:
         """The configured loss, with the off-policy correction and the sampler/learner mismatch.
 
-        Behaviour = the sampler's log-probs; proximal = the learner's before the step: the
-        recomputed ``old_logprobs`` when the samples also carry ``sampler_logprobs``, else this
-        step's own forward (the weights before the optimiser step). In that second case a
+        Behaviour = the rollout engine's log-probs; proximal = the learner's before the step:
+        the samples' ``proximal_logprobs`` when recomputed, else this step's own forward (the weights before the optimiser step). In that second case a
         correction's ratio ``pi / pi_prox`` is exactly 1, so a clipped loss never clips: the RL
-        configs refuse ``old_logprobs=sampler`` with a correction and a clipped loss.
+        configs refuse ``old_logprobs=behaviour`` with a correction and a clipped loss.
         """
         cfg = self.config
         if not has_logprobs:  # sft/pg without sampling log-probs: nothing to compare
             return self.loss_fn(
                 lp, mb.old_logprobs, mb.advantages, mb.loss_mask, **norm, **cfg.loss_kwargs
             )
-        recomputed = mb.sampler_logprobs is not None
-        behaviour = mb.sampler_logprobs if mb.sampler_logprobs is not None else mb.old_logprobs
-        proximal = mb.old_logprobs if recomputed else lp.detach()
+        behaviour = mb.behaviour_logprobs
+        proximal = lp.detach() if mb.proximal_logprobs is None else mb.proximal_logprobs
         extra = objectives.mismatch_metrics(proximal, behaviour, mb.loss_mask)
         if cfg.off_policy_correction == "none":
             loss, metrics = self.loss_fn(
@@ -309,10 +307,10 @@ class Learner:
         if not samples:
             raise ValueError("train_step needs at least one sample")
         if cfg.loss in objectives.NEEDS_OLD_LOGPROBS:
-            lacking = [s.sample_id for s in samples if s.old_logprobs is None]
+            lacking = [s.sample_id for s in samples if s.behaviour_logprobs is None]
             if lacking:
                 raise ValueError(
-                    f"loss {cfg.loss!r} needs old_logprobs (the sampler's); sample "
+                    f"loss {cfg.loss!r} needs behaviour_logprobs (the rollout's); sample "
                     f"{lacking[0]!r} has none"
                 )
         if cfg.kl_coef > 0:
@@ -322,7 +320,7 @@ class Learner:
         global_tokens = sum(s.num_loss_tokens for s in samples)
         global_seqs = sum(1 for s in samples if s.num_loss_tokens > 0)
         with_entropy = cfg.log_entropy or cfg.entropy_coef != 0
-        has_logprobs = all(s.old_logprobs is not None for s in samples)
+        has_logprobs = all(s.behaviour_logprobs is not None for s in samples)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         net = self.model

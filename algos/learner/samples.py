@@ -28,23 +28,25 @@ class Sample:
         input_ids: every token of the sequence (prompt, actions, observations), as sampled.
         loss_mask: 1 on policy (action) tokens, 0 on prompt/observation tokens. ``loss_mask[0]``
             must be 0: the first token has no context to be predicted from.
-        old_logprobs: the sampler's log-probs aligned to tokens (0 where the mask is 0); needed
-            by ratio-based losses (ppo/grpo/dapo), optional for sft/pg.
+        behaviour_logprobs: the behaviour policy's log-probs (the rollout engine's, as it
+            sampled) aligned to tokens (0 where the mask is 0); needed by ratio-based losses
+            (ppo/grpo/dapo), optional for sft/pg.
         advantage: one float for the sequence, or one per token.
         ref_logprobs: reference-policy log-probs aligned to tokens, if precomputed.
         sample_id: the caller's id (e.g. ``"task-3/rollout-7"``), carried into error messages.
-        sampler_logprobs: the sampler's log-probs when ``old_logprobs`` holds the learner's
-            (recomputed before the first step); the off-policy correction and the mismatch
-            metrics compare the two.
+        proximal_logprobs: the learner's log-probs of the same tokens before the iteration's
+            first step (recomputed; ``old_logprobs=recompute``), else None. When present the
+            ratio is taken against them and the off-policy correction and the mismatch metrics
+            compare them with ``behaviour_logprobs``.
     """
 
     input_ids: list[int]
     loss_mask: list[int]
-    old_logprobs: list[float] | None = None
+    behaviour_logprobs: list[float] | None = None
     advantage: float | list[float] = 0.0
     ref_logprobs: list[float] | None = None
     sample_id: str | int | None = None
-    sampler_logprobs: list[float] | None = None
+    proximal_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -52,9 +54,9 @@ class Sample:
             raise ValueError(f"sample {self.sample_id}: needs >= 2 tokens, got {n}")
         aligned = {
             "loss_mask": self.loss_mask,
-            "old_logprobs": self.old_logprobs,
+            "behaviour_logprobs": self.behaviour_logprobs,
             "ref_logprobs": self.ref_logprobs,
-            "sampler_logprobs": self.sampler_logprobs,
+            "proximal_logprobs": self.proximal_logprobs,
         }
         if not isinstance(self.advantage, int | float):
             aligned["advantage"] = self.advantage
@@ -88,11 +90,17 @@ class MicroBatch:
     segment_ids: Tensor  # [R, L] long, sequence number within the row, -1 on padding
     gather_index: Tensor  # [S, Tmax] long, flat index into the [R * L] rows (0 on padding)
     loss_mask: Tensor  # [S, Tmax] float
-    old_logprobs: Tensor  # [S, Tmax] float
+    behaviour_logprobs: Tensor  # [S, Tmax] float (0 where samples carry none)
     advantages: Tensor  # [S, Tmax] float
     ref_logprobs: Tensor | None  # [S, Tmax] float
     sample_indices: list[int]  # which samples of the step, in row order
-    sampler_logprobs: Tensor | None = None  # [S, Tmax] float, when every sample has them
+    proximal_logprobs: Tensor | None = None  # [S, Tmax] float, when every sample has them
+
+    @property
+    def old_logprobs(self) -> Tensor:
+        """What the ratio is taken against (PPO's pi_old, the losses' ``old_logprobs``): the
+        proximal log-probs when recomputed, else the behaviour policy's."""
+        return self.behaviour_logprobs if self.proximal_logprobs is None else self.proximal_logprobs
 
     @property
     def num_tokens(self) -> int:
@@ -139,24 +147,26 @@ class MicroBatch:
 
 def _sample_tensors(samples: Sequence[Sample], width: int) -> dict[str, Tensor]:
     s = len(samples)
-    out = {k: torch.zeros(s, width) for k in ("loss_mask", "old_logprobs", "advantages")}
+    out = {k: torch.zeros(s, width) for k in ("loss_mask", "behaviour_logprobs", "advantages")}
     if all(x.ref_logprobs is not None for x in samples):
         out["ref_logprobs"] = torch.zeros(s, width)
-    if all(x.sampler_logprobs is not None for x in samples):
-        out["sampler_logprobs"] = torch.zeros(s, width)
+    if all(x.proximal_logprobs is not None for x in samples):
+        out["proximal_logprobs"] = torch.zeros(s, width)
     for i, x in enumerate(samples):
         n = len(x)
         out["loss_mask"][i, :n] = torch.tensor(x.loss_mask, dtype=torch.float32)
-        if x.old_logprobs is not None:
-            out["old_logprobs"][i, :n] = torch.tensor(x.old_logprobs, dtype=torch.float32)
+        if x.behaviour_logprobs is not None:
+            out["behaviour_logprobs"][i, :n] = torch.tensor(
+                x.behaviour_logprobs, dtype=torch.float32
+            )
         if isinstance(x.advantage, int | float):
             out["advantages"][i, :n] = float(x.advantage)
         else:
             out["advantages"][i, :n] = torch.tensor(x.advantage, dtype=torch.float32)
         if "ref_logprobs" in out:
             out["ref_logprobs"][i, :n] = torch.tensor(x.ref_logprobs, dtype=torch.float32)
-        if "sampler_logprobs" in out:
-            out["sampler_logprobs"][i, :n] = torch.tensor(x.sampler_logprobs, dtype=torch.float32)
+        if "proximal_logprobs" in out:
+            out["proximal_logprobs"][i, :n] = torch.tensor(x.proximal_logprobs, dtype=torch.float32)
     return out
 
 
@@ -190,11 +200,11 @@ def _build(samples: Sequence[Sample], indices: list[int], rows: list[list[int]])
         segment_ids=seg,
         gather_index=gather,
         loss_mask=t["loss_mask"],
-        old_logprobs=t["old_logprobs"],
+        behaviour_logprobs=t["behaviour_logprobs"],
         advantages=t["advantages"],
         ref_logprobs=t.get("ref_logprobs"),
         sample_indices=[indices[j] for j in order],
-        sampler_logprobs=t.get("sampler_logprobs"),
+        proximal_logprobs=t.get("proximal_logprobs"),
     )
 
 

@@ -159,8 +159,7 @@ class Trainer(TrainerState):
             samples = [
                 dataclasses.replace(
                     x,
-                    old_logprobs=[v * m for v, m in zip(lp, x.loss_mask, strict=True)],
-                    sampler_logprobs=x.old_logprobs,
+                    proximal_logprobs=[v * m for v, m in zip(lp, x.loss_mask, strict=True)],
                 )
                 for x, lp in zip(samples, lps, strict=True)
             ]
@@ -178,8 +177,8 @@ class Trainer(TrainerState):
                 step_metrics.append(metrics)
                 if self.max_staleness:  # in flight: episodes running now take the new weights
                     self.push_s += self.push_weights()
-        if self.old_logprobs_mode == "sampler":
-            # the sampler/learner mismatch compares equal weights only at the first step (the
+        if self.old_logprobs_mode == "behaviour":
+            # the behaviour/learner mismatch compares equal weights only at the first step (the
             # later steps' weights have moved on from the ones that sampled)
             step_metrics[1:] = [
                 {k: v for k, v in m.items() if not k.startswith("mismatch_")}

@@ -12,7 +12,7 @@ from algos.objectives.aggregation import LOG_RATIO_CLAMP, masked_mean
 from algos.objectives.kl import kl_estimate
 from swe_gym.errors import unknown_choice
 
-# name -> fn(w, over) -> weights, with w = exp(proximal - sampler) and over = w > cap
+# name -> fn(w, over) -> weights, with w = exp(proximal - behaviour) and over = w > cap
 OFF_POLICY_CORRECTIONS: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
     "none": lambda w, over, cap: torch.ones_like(w),
     "tis": lambda w, over, cap: w.clamp(max=cap),
@@ -22,15 +22,15 @@ OFF_POLICY_CORRECTIONS: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
 
 def off_policy_weights(
     proximal_logprobs: Tensor,
-    sampler_logprobs: Tensor,
+    behaviour_logprobs: Tensor,
     mask: Tensor,
     *,
     kind: str = "tis",
     cap: float = 2.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Per-token weights ``[B, T]`` (no gradient) correcting for the sampler/learner gap.
+    """Per-token weights ``[B, T]`` (no gradient) correcting for the behaviour/learner gap.
 
-    ``w = exp(proximal - sampler)``: the learner's probability of the sampled token (before the
+    ``w = exp(proximal - behaviour)``: the learner's probability of the sampled token (before the
     step) over the sampler's.
 
     - ``tis`` (truncated importance sampling; Yao et al. 2025, verl/prime-rl "TIS"):
@@ -48,7 +48,7 @@ def off_policy_weights(
     if cap <= 0:
         raise ValueError(f"importance weight cap must be > 0; got {cap}")
     with torch.no_grad():
-        log_w = (proximal_logprobs - sampler_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        log_w = (proximal_logprobs - behaviour_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         w = torch.exp(log_w)
         over = w > cap
         out = OFF_POLICY_CORRECTIONS[kind](w, over, cap)
@@ -61,24 +61,27 @@ def off_policy_weights(
 
 
 def mismatch_metrics(
-    learner_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor
+    learner_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor
 ) -> dict[str, float]:
     """How far the sampler's log-probs are from the learner's on the sampled tokens.
 
-    ``mismatch_kl``: k3 estimate of KL(sampler || learner) (tokens were drawn from the sampler);
-    ``mismatch_ratio_mean/max/min``: ``exp(learner - sampler)`` over the policy tokens (1 when
+    ``mismatch_kl``: k3 estimate of KL(behaviour || learner) (tokens were drawn from the behaviour policy);
+    ``mismatch_ratio_mean/max/min``: ``exp(learner - behaviour)`` over the policy tokens (1 when
     they agree).
     """
     with torch.no_grad():
         m = mask.bool()
         # float64: a float32 k3 of two nearly equal policies (KL ~1e-10) is all rounding noise
-        learner_logprobs, sampler_logprobs = learner_logprobs.double(), sampler_logprobs.double()
-        log_r = (learner_logprobs - sampler_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        learner_logprobs, behaviour_logprobs = (
+            learner_logprobs.double(),
+            behaviour_logprobs.double(),
+        )
+        log_r = (learner_logprobs - behaviour_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         r = torch.exp(log_r)
         any_tok = bool(m.any())
         return {
             "mismatch_kl": masked_mean(
-                kl_estimate(sampler_logprobs, learner_logprobs, "k3"), m
+                kl_estimate(behaviour_logprobs, learner_logprobs, "k3"), m
             ).item(),
             "mismatch_ratio_mean": masked_mean(r, m).item(),
             "mismatch_ratio_max": r[m].max().item() if any_tok else 1.0,

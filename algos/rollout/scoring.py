@@ -343,7 +343,7 @@ def to_sample(
     return Sample(
         input_ids=ids,
         loss_mask=mask,
-        old_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
+        behaviour_logprobs=[lp * m for lp, m in zip(lps, mask, strict=True)],
         advantage=advantage,
         sample_id=sample_id,
     )

@@ -158,14 +158,16 @@ def test_sampler_logprobs_with_a_correction_are_refused(cls, correction):
     """With a correction the learner would take each step's own log-probs as the ratio's
     denominator: ratio 1, the clip never acting. The error names both settings and the fix."""
     with pytest.raises(ConfigError) as err:
-        cls(old_logprobs="sampler", off_policy_correction=correction)
+        cls(old_logprobs="behaviour", off_policy_correction=correction)
     msg = str(err.value)
-    assert f"old_logprobs='sampler' with off_policy_correction='{correction}'" in msg
+    assert f"old_logprobs='behaviour' with off_policy_correction='{correction}'" in msg
     assert "use old_logprobs=recompute or auto" in msg and "off_policy_correction=none" in msg
     for old_logprobs in ("recompute", "auto"):
         cls(old_logprobs=old_logprobs, off_policy_correction=correction)
-    cls(old_logprobs="sampler", off_policy_correction="none")
-    cls(old_logprobs="sampler", off_policy_correction=correction, loss="pg")  # pg has no clip
+    cls(old_logprobs="behaviour", off_policy_correction="none")
+    legacy = cls(old_logprobs="sampler", off_policy_correction="none")  # saved configs
+    assert legacy.old_logprobs == "behaviour"
+    cls(old_logprobs="behaviour", off_policy_correction=correction, loss="pg")  # pg has no clip
 
 
 def test_kl_in_dapo_warns_but_is_allowed():

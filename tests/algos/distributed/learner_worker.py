@@ -21,7 +21,7 @@ def samples(step: int) -> list[Sample]:
         ids = torch.randint(0, 97, (n,), generator=g).tolist()
         mask = [0] + (torch.rand(n - 1, generator=g) > 0.3).long().tolist()
         old = [(-1.0 - 0.1 * j) * m for j, m in enumerate(mask)]
-        out.append(Sample(ids, mask, old_logprobs=old, advantage=1.0 - 0.5 * i, sample_id=i))
+        out.append(Sample(ids, mask, behaviour_logprobs=old, advantage=1.0 - 0.5 * i, sample_id=i))
     return out
 
 

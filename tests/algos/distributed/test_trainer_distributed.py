@@ -17,7 +17,7 @@ from tests.algos.toy_run import toy_argv, toy_cfg
 # The tiny toy run of tests/algos/test_dapo.py, made reproducible across processes: one episode
 # at a time (seeded sampling), one optimiser step per iteration, the sampler's old log-probs (so
 # ratio_mean == 1 shows that rank 0's engine received the updated weights).
-TOY = toy_argv(concurrency=1, max_steps_per_iteration=1, old_logprobs="sampler")
+TOY = toy_argv(concurrency=1, max_steps_per_iteration=1, old_logprobs="behaviour")
 
 
 @pytest.mark.slow  # three runs of the CLI, two of them torchrun x2
@@ -81,7 +81,7 @@ def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
             concurrency=2,
             iterations=2,
             max_steps_per_iteration=1,
-            old_logprobs="sampler",
+            old_logprobs="behaviour",
             rollout_backend="ray",
             ray_workers=1,
         )

@@ -348,7 +348,7 @@ def test_bf16_compute_copy_trains_float32_master_weights(tied):
             Sample(
                 torch.randint(0, 128, (n,), generator=gen).tolist(),
                 mask,
-                old_logprobs=[-4.8 * m for m in mask],
+                behaviour_logprobs=[-4.8 * m for m in mask],
                 advantage=float(torch.randn(1, generator=gen)),
                 sample_id=i,
             )

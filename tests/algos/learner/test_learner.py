@@ -40,7 +40,7 @@ def make_samples(n: int, lo: int = 6, hi: int = 40, seed: int | None = None) -> 
             mask[t] = 0 if t % 5 == 0 else 1
         old = [(-4.85 + 0.3 * float(torch.rand(1, generator=g))) * m for m in mask]
         adv = float(torch.randn(1, generator=g))
-        out.append(Sample(ids, mask, old_logprobs=old, advantage=adv, sample_id=i))
+        out.append(Sample(ids, mask, behaviour_logprobs=old, advantage=adv, sample_id=i))
     return out
 
 
@@ -201,7 +201,8 @@ def test_grad_checkpointing_gives_the_same_update_and_bf16_runs():
 def test_per_token_advantages_equal_broadcast_sequence_advantage():
     samples = make_samples(4, seed=11)
     per_token = [
-        Sample(s.input_ids, s.loss_mask, s.old_logprobs, [s.advantage] * len(s)) for s in samples
+        Sample(s.input_ids, s.loss_mask, s.behaviour_logprobs, [s.advantage] * len(s))
+        for s in samples
     ]
     base = tiny_llama()
     a, b = copy.deepcopy(base), copy.deepcopy(base)
@@ -230,7 +231,7 @@ def test_kl_uses_reference_model_and_requires_one():
     assert learner.train_step(samples)["kl"] > 1e-7  # and diverges once trained
     with pytest.raises(ValueError, match="ref_model"):
         Learner(tiny_llama(), cfg).train_step(samples)
-    with pytest.raises(ValueError, match="old_logprobs"):
+    with pytest.raises(ValueError, match="behaviour_logprobs"):
         Learner(tiny_llama(), LearnerConfig()).train_step([Sample([1, 2, 3], [0, 1, 1])])
 
 
@@ -457,7 +458,7 @@ def test_logged_metrics_do_not_depend_on_micro_batching():
         Sample(
             [3, 4, 5, 6],
             [0, 0, 1, 0],
-            old_logprobs=[0.0, 0.0, -4.0, 0.0],
+            behaviour_logprobs=[0.0, 0.0, -4.0, 0.0],
             advantage=-0.7,
             sample_id="one-token",
         )
@@ -547,7 +548,9 @@ def test_kl_penalty_uses_the_configured_estimator_over_the_whole_step(kind):
     samples = [
         dataclasses.replace(
             s,
-            ref_logprobs=[(v - 0.3) * m for v, m in zip(s.old_logprobs, s.loss_mask, strict=True)],
+            ref_logprobs=[
+                (v - 0.3) * m for v, m in zip(s.behaviour_logprobs, s.loss_mask, strict=True)
+            ],
         )
         for s in make_samples(5, seed=26)
     ]
@@ -569,7 +572,7 @@ def test_kl_penalty_uses_the_configured_estimator_over_the_whole_step(kind):
 
 def test_a_missing_reference_names_the_sample_without_one():
     samples = [
-        dataclasses.replace(s, ref_logprobs=s.old_logprobs, sample_id=f"s{i}")
+        dataclasses.replace(s, ref_logprobs=s.behaviour_logprobs, sample_id=f"s{i}")
         for i, s in enumerate(make_samples(3, seed=27))
     ]
     samples[1].ref_logprobs = None
@@ -580,7 +583,7 @@ def test_a_missing_reference_names_the_sample_without_one():
 
 def test_pg_without_sampling_logprobs_normalises_over_the_whole_step():
     # REINFORCE needs no sampler log-probs; split over micro-batches it is still one step
-    samples = [dataclasses.replace(s, old_logprobs=None) for s in make_samples(8, seed=28)]
+    samples = [dataclasses.replace(s, behaviour_logprobs=None) for s in make_samples(8, seed=28)]
     base = tiny_llama()
     one = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-3, loss="pg"))
     many = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-3, loss="pg", micro_batch_tokens=40))
@@ -608,7 +611,7 @@ def test_a_registered_loss_receives_the_configured_loss_kwargs():
         samples = make_samples(2, seed=29)
         Learner(tiny_llama(), cfg).train_step(samples)  # with sampler log-probs
         Learner(tiny_llama(), cfg).train_step(
-            [dataclasses.replace(s, old_logprobs=None) for s in samples]
+            [dataclasses.replace(s, behaviour_logprobs=None) for s in samples]
         )  # without
         corrected = LearnerConfig(
             loss="test_scaled_ratio_pg", loss_kwargs={"scale": 2.0}, off_policy_correction="tis"
@@ -813,7 +816,7 @@ def test_seq_mean_counts_only_the_sequences_that_hold_a_loss_token():
     """seq-mean-token-mean over a step with a sequence of observations only (no loss token)
     and one with a single loss token, each in a micro-batch of its own: the mean is over the
     sequences that have loss tokens (pg: the per-token loss is -A * logp)."""
-    samples = [dataclasses.replace(s, old_logprobs=None) for s in make_samples(3, seed=38)]
+    samples = [dataclasses.replace(s, behaviour_logprobs=None) for s in make_samples(3, seed=38)]
     samples += [
         Sample([5, 6, 7], [0, 0, 0], advantage=1.5, sample_id="no-loss"),
         Sample([8, 9, 10], [0, 1, 0], advantage=-0.5, sample_id="one-token"),
@@ -839,8 +842,8 @@ def _recomputed(seed: int) -> list[Sample]:
         Sample(
             list(range(3 + i, 11 + i)),
             mask,
-            old_logprobs=[-1.0 * x for x in mask],
-            sampler_logprobs=[-1.5 * x for x in mask],
+            proximal_logprobs=[-1.0 * x for x in mask],
+            behaviour_logprobs=[-1.5 * x for x in mask],
             advantage=1.0 - i,
             sample_id=i,
         )

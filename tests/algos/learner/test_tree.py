@@ -36,7 +36,7 @@ def group_samples(
     groups=((40, 4), (24, 3)),
     singles: int = 1,
     vocab: int = 128,
-    with_sampler: bool = True,
+    with_proximal: bool = True,
 ) -> list[Sample]:
     """``groups``: (prefix length, G) per task; each continuation mixes action (mask 1) and
     observation (mask 0) tokens; sampler log-probs differ from old ones so TIS weights bite.
@@ -64,10 +64,10 @@ def group_samples(
                 Sample(
                     ids,
                     mask,
-                    old_logprobs=old,
+                    behaviour_logprobs=old,
                     advantage=float(torch.randn(1, generator=g)),
                     sample_id=f"t{task}/{j}",
-                    sampler_logprobs=samp if with_sampler else None,
+                    proximal_logprobs=samp if with_proximal else None,
                 )
             )
     for s in range(singles):
@@ -78,10 +78,10 @@ def group_samples(
             Sample(
                 ids,
                 mask,
-                old_logprobs=[-4.8 * m for m in mask],
+                behaviour_logprobs=[-4.8 * m for m in mask],
                 advantage=0.7,
                 sample_id=f"single{s}",
-                sampler_logprobs=[-4.7 * m for m in mask] if with_sampler else None,
+                proximal_logprobs=[-4.7 * m for m in mask] if with_proximal else None,
             )
         )
     return out

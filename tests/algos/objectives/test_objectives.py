@@ -219,7 +219,7 @@ def _tiny_learner(**kw):
     return Learner(LlamaForCausalLM(cfg), LearnerConfig(lr=1e-3, loss="dapo", grad_clip=None, **kw))
 
 
-def test_learner_logs_the_mismatch_between_recomputed_and_sampler_logprobs():
+def test_learner_logs_the_mismatch_between_proximal_and_behaviour_logprobs():
     # the samples carry the learner's recomputed log-probs (-1 on policy tokens) and the
     # sampler's (-1.5): ratio exp(0.5) = 1.648721 on every policy token, whatever the model;
     # k3 = 1.648721 - 1 - 0.5; tis with cap 1.2 truncates every weight to 1.2
@@ -228,8 +228,8 @@ def test_learner_logs_the_mismatch_between_recomputed_and_sampler_logprobs():
         Sample(
             list(range(3 + i, 9 + i)),
             mask,
-            old_logprobs=[-1.0 * x for x in mask],
-            sampler_logprobs=[-1.5 * x for x in mask],
+            proximal_logprobs=[-1.0 * x for x in mask],
+            behaviour_logprobs=[-1.5 * x for x in mask],
             advantage=1.0 - 2 * i,
         )
         for i in range(2)
@@ -260,10 +260,10 @@ def test_learner_correction_equals_weighting_by_hand():
         )
     ]
     ma = a.train_step(
-        [Sample(**base, old_logprobs=prox, sampler_logprobs=behaviour, advantage=1.0)]
+        [Sample(**base, proximal_logprobs=prox, behaviour_logprobs=behaviour, advantage=1.0)]
     )
     b = _tiny_learner()
-    b.train_step([Sample(**base, old_logprobs=prox, advantage=w)])
+    b.train_step([Sample(**base, behaviour_logprobs=prox, advantage=w)])
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.allclose(pa.grad, pb.grad, atol=1e-6, rtol=1e-5)
     assert any(p.grad.abs().max() > 1e-3 for p in a.model.parameters())

@@ -167,7 +167,7 @@ def test_samples_carry_ids_advantages_truncation_and_drop_overlong_and_empty():
     assert [s.sample_id for s in samples] == ["a/0", "e/4"]
     assert [s.advantage for s in samples] == [0.7, -0.4]
     assert samples[0].input_ids == list(range(6)) and samples[0].loss_mask == [0, 0, 1, 1, 1, 1]
-    assert samples[0].old_logprobs == [0.0, 0.0, -0.5, -0.5, -0.5, -0.5]
+    assert samples[0].behaviour_logprobs == [0.0, 0.0, -0.5, -0.5, -0.5, -0.5]
     assert (c.truncated, c.overlong_dropped, c.empty) == (1, 2, 1)
     c = Counters()
     kept_all = to_samples(kept, c, max_tokens=6, mask_invalid=True, overlong_filter=False)
@@ -191,7 +191,7 @@ def test_invalid_action_masking_reaches_the_samples_only_when_asked():
     kept = [Scored(episode, 0, 1.0, 0.5)]
     masked = to_samples(kept, Counters(), max_tokens=100, mask_invalid=True, overlong_filter=False)
     assert masked[0].loss_mask == [0, 0, 0, 0, 0, 1, 1]
-    assert masked[0].old_logprobs == [0.0] * 5 + [-0.3, -0.4]
+    assert masked[0].behaviour_logprobs == [0.0] * 5 + [-0.3, -0.4]
     kept_all = to_samples(
         kept, Counters(), max_tokens=100, mask_invalid=False, overlong_filter=False
     )
