@@ -210,7 +210,7 @@ class RLConfig(RunConfig):
     those episodes 0 or dropping only them."""
     off_policy_correction: str = "none"
     """Sampler/learner mismatch correction: none, tis (truncated importance sampling:
-    min(exp(learner - sampler), is_cap) times the per-token loss) or decoupled (decoupled PPO:
+    min(exp(learner - behaviour), is_cap) times the per-token loss) or decoupled (decoupled PPO:
     clip around the learner's log-probs, the behaviour weight, tokens above is_cap dropped).
     With old_logprobs=auto the learner's log-probs are recomputed before the first step."""
     is_cap: float = 2.0

@@ -265,7 +265,7 @@ class Learner:
     def _policy_loss(
         self, lp: Tensor, mb: MicroBatch, norm: dict[str, Any], has_logprobs: bool
     ) -> tuple[Tensor, dict[str, float]]:
-        """The configured loss, with the off-policy correction and the sampler/learner mismatch.
+        """The configured loss, with the off-policy correction and the behaviour/learner mismatch.
 
         Behaviour = the rollout engine's log-probs; proximal = the learner's before the step:
         the samples' ``proximal_logprobs`` when recomputed, else this step's own forward (the weights before the optimiser step). In that second case a

@@ -83,7 +83,7 @@ class LearnerConfig:
     """Rows per chunk of the log-prob head; None sizes it from the vocabulary."""
     off_policy_correction: str = "none"
     """none, tis (truncated importance sampling) or decoupled (decoupled PPO): weights the
-    per-token loss by the learner/sampler probability ratio (algos.objectives.off_policy_weights)."""
+    per-token loss by the learner/behaviour probability ratio (algos.objectives.off_policy_weights)."""
     is_cap: float = 2.0
     """C of the off-policy correction: tis truncates the weight at C, decoupled drops tokens
     whose weight exceeds C."""

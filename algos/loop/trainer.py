@@ -24,7 +24,7 @@ One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
    global-token normalisation, clipping, KL, NaN-skip);
 8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
    episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
-   sampler/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
+   behaviour/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
    ``algos.loop.metrics``); a checkpoint (learner + task pool + iteration) is written
    (``algos.loop.run_state``).
 

@@ -206,7 +206,7 @@ class TrainerState:
             self.async_round, pool_state = self.collector.position
         extra = {
             "iteration": self.iteration,
-            "sampler": pool_state,  # the task pool (the key checkpoints have always had)
+            "task_pool": pool_state,
             "solve_counts": self.solve_counts,
             "skipped_iterations": self.skipped_iterations,
             "algo": self.algo,
@@ -225,7 +225,10 @@ class TrainerState:
             log.warning("no checkpoint in %s; starting from iteration 0", self.checkpoint_dir)
             return
         self.iteration = int(extra["iteration"])
-        self.task_pool.load_state_dict(extra["sampler"])
+        # "sampler": the key checkpoints written before the task pool was named for what it is
+        self.task_pool.load_state_dict(
+            extra["task_pool"] if "task_pool" in extra else extra["sampler"]
+        )
         self.solve_counts = {k: list(v) for k, v in extra.get("solve_counts", {}).items()}
         self.skipped_iterations = int(extra.get("skipped_iterations", 0))
         self.async_round = int(extra.get("async_round", 0))

@@ -183,3 +183,22 @@ def test_ctrl_c_writes_checkpoint_and_resume_continues(tmp_path: Path):
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == list(range(1, done + 2))
     assert rows[-1]["step"] > rows[done - 1]["step"]  # the optimizer step count carried on
+
+
+def test_a_checkpoint_that_names_the_task_pool_sampler_still_resumes(tmp_path: Path):
+    # Checkpoints written before the rename keep the task pool under "sampler".
+    cfg = toy_cfg(tmp_path, iterations=1, checkpoint_every=1)
+    first = Trainer(cfg, "dapo")
+    first.run()
+    pool = first.task_pool.state_dict()
+    first.close()
+    state_file = Path(cfg.run_dir) / "checkpoint" / "learner_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    assert state["extra_state"]["task_pool"] == pool
+    state["extra_state"]["sampler"] = state["extra_state"].pop("task_pool")
+    torch.save(state, state_file)
+    resumed = Trainer(toy_cfg(tmp_path, iterations=2, checkpoint_every=1, resume=True), "dapo")
+    try:
+        assert resumed.iteration == 1 and resumed.task_pool.state_dict() == pool
+    finally:
+        resumed.close()
