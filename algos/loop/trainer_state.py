@@ -63,8 +63,18 @@ log = logging.getLogger(__name__)
 LearnerFactory = Callable[..., PolicyLearner]
 # the task pool's position: its state_dict, or with async collection the producer's
 # (round, state_dict) (AsyncCollector.position)
-SamplerPosition = dict[str, Any] | tuple[int, dict[str, Any]]
-Boundary = tuple[int, SamplerPosition, dict[str, list[int]], int]
+PoolPosition = dict[str, Any] | tuple[int, dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Boundary:
+    """What an iteration changes besides the weights, as it was before the iteration (Ctrl-C
+    rewinds to it)."""
+
+    iteration: int
+    pool: PoolPosition
+    solve_counts: dict[str, list[int]]
+    skipped_iterations: int
 
 
 def default_learner_factory(
@@ -242,32 +252,24 @@ class TrainerState:
 
     def _boundary(self) -> Boundary:
         """What an iteration changes besides the weights, as it was before the iteration."""
-        if self.collector is not None:  # the producer owns the task pool: its taken position
-            return (
-                self.iteration,
-                self.collector.position,
-                copy.deepcopy(self.solve_counts),
-                self.skipped_iterations,
-            )
-        return (
-            self.iteration,
-            self.task_pool.state_dict(),
-            copy.deepcopy(self.solve_counts),
-            self.skipped_iterations,
+        # with async collection the producer owns the task pool: its taken position
+        pool = self.task_pool.state_dict() if self.collector is None else self.collector.position
+        return Boundary(
+            self.iteration, pool, copy.deepcopy(self.solve_counts), self.skipped_iterations
         )
 
     def _rewind(self, boundary: Boundary) -> None:
         """Undo an unfinished iteration's sampling, solve counts and skip count, so a resumed
         run redoes it with the same tasks (Ctrl-C mostly lands during rollouts). Optimiser steps
         it already took stay in the weights."""
-        iteration, pool, solve_counts, skipped = boundary
-        if iteration == self.iteration:
-            if isinstance(pool, tuple):  # the producer's (_boundary, async collection)
+        if boundary.iteration == self.iteration:
+            if isinstance(boundary.pool, tuple):  # the producer's (async collection)
                 assert self.collector is not None
-                self.collector.rewind(pool)
+                self.collector.rewind(boundary.pool)
             else:
-                self.task_pool.load_state_dict(pool)
-            self.solve_counts, self.skipped_iterations = solve_counts, skipped
+                self.task_pool.load_state_dict(boundary.pool)
+            self.solve_counts = boundary.solve_counts
+            self.skipped_iterations = boundary.skipped_iterations
 
     def close(self) -> None:
         self.policy.close()
