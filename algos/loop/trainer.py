@@ -150,9 +150,12 @@ class Trainer(TrainerState):
         )
         return samples, got
 
-    def train_on(self, samples: list[Sample], guard: InterruptGuard) -> list[dict[str, float]]:
+    def train_on(
+        self, samples: list[Sample], guard: InterruptGuard
+    ) -> tuple[list[dict[str, float]], float]:
         """Step 7: the samples (the same full list on every rank) shuffled and split into
-        mini-batches, one optimiser step each; returns each step's metrics."""
+        mini-batches, one optimiser step each; returns each step's metrics and the seconds
+        spent pushing weights (after every step with ``max_staleness``, else after the last)."""
         cfg = self.cfg
         if samples and self.old_logprobs_mode == "recompute":
             lps = self.learner.compute_logprobs(samples, loss_only=True)
@@ -164,6 +167,7 @@ class Trainer(TrainerState):
                 for x, lp in zip(samples, lps, strict=True)
             ]
         step_metrics: list[dict[str, float]] = []
+        push_s = 0.0
         if samples:
             order = list(range(len(samples)))
             random.Random(cfg.seed + self.iteration).shuffle(order)
@@ -176,7 +180,9 @@ class Trainer(TrainerState):
                         metrics = reduce_step_metrics(metrics, batch, self.learner.ctx)
                 step_metrics.append(metrics)
                 if self.max_staleness:  # in flight: episodes running now take the new weights
-                    self.push_s += self.push_weights()
+                    push_s += self.push_weights()
+            if not self.max_staleness:
+                push_s = self.push_weights()
         if self.old_logprobs_mode == "behaviour":
             # the behaviour/learner mismatch compares equal weights only at the first step (the
             # later steps' weights have moved on from the ones that sampled)
@@ -184,7 +190,7 @@ class Trainer(TrainerState):
                 {k: v for k, v in m.items() if not k.startswith("mismatch_")}
                 for m in step_metrics[1:]
             ]
-        return step_metrics
+        return step_metrics, push_s
 
     def iteration_step(
         self, guard: InterruptGuard, tick: Callable[[Trajectory], None]
@@ -220,16 +226,14 @@ class Trainer(TrainerState):
             if error is not None:
                 raise error
         t_rollout = time.perf_counter() - t0
-        # 2. train: the optimiser steps on the samples
+        # 2. train and push: the optimiser steps on the samples; the engine takes the new
+        # weights, versioned by the learner's step
         t1 = time.perf_counter()
-        self.push_s = 0.0  # max_staleness >= 1: pushed after every step, in train_on
-        step_metrics = self.train_on(samples, guard)
-        # 3. push: the engine takes the new weights, versioned by the learner's step
-        t_push = self.push_weights() if samples and not self.max_staleness else self.push_s
+        step_metrics, t_push = self.train_on(samples, guard)
         t_train = time.perf_counter() - t1
         if not self.dist.is_main:
             return {}
-        # 4. the metrics row (Trainer.run logs it and checkpoints when due)
+        # 3. the metrics row (Trainer.run logs it and checkpoints when due)
         self.totals.add(counters)
         row = iteration_row(
             self.iteration + 1,

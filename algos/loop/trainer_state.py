@@ -164,7 +164,6 @@ class TrainerState:
         self.skipped_iterations = 0
         self.rows: list[dict[str, Any]] = []
         self.async_round = 0  # max_staleness >= 1: the next round to take (checkpointed)
-        self.push_s = 0.0
         if cfg.resume:
             self._resume()
         self.validator = (
