@@ -133,7 +133,7 @@ def part_push(args) -> dict:
     from agents.models.smollm2 import tiny_random_model
     from agents.protocols import Conversation, SamplingParams
     from algos.distributed.fsdp import training_device
-    from algos.engine import Policy, load_policy_model
+    from algos.policy import Policy, load_policy_model
 
     root = Path(tempfile.mkdtemp(prefix="gpu-smoke-push-"))
     hidden, layers = (64, 2) if args.dry else (1536, 28)

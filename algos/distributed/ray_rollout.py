@@ -144,7 +144,7 @@ class EngineProxy:
         self.engines = list(engines)
         # trajectories record the engine's model name, not the proxy's
         self.name = name or ray.get(self.engines[0].name.remote())
-        self.tokenizer: Any = None  # set by the worker (algos.engine.engine_client)
+        self.tokenizer: Any = None  # set by the worker (algos.policy.engine_client)
 
     def _pick(self, conversation: Any) -> Any:
         # sticky per episode: the first message identifies the conversation -> prefix cache hits

@@ -27,7 +27,7 @@ import torch
 from swe_gym.tools.parsing import InvalidAction, parse_action
 
 if TYPE_CHECKING:  # type-only: algos.rft imports the RFT loop, which imports this module
-    from algos.engine import Policy
+    from algos.policy import Policy
     from algos.rft import RFTConfig
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algos.config import ConfigError, save_config, to_dict
-from algos.engine import Policy, build_policy, load_policy_model
 from algos.learner.samples import Sample
 from algos.loop.format_probe import FormatProbe
 from algos.loop.metrics import MetricsLogger
@@ -24,6 +23,7 @@ from algos.loop.run_state import (
     seed_everything,
 )
 from algos.loop.trainer_state import LearnerFactory, default_learner_factory
+from algos.policy import Policy, build_policy, load_policy_model
 from algos.report import save_iteration_episodes
 from algos.rollout.collect import RolloutSpec, env_tasks, run_rollouts
 from algos.rollout.hack_monitor import HackMonitor
@@ -58,7 +58,7 @@ def collect(
         tasks = env_tasks(cfg.env, spec.env_kwargs)
         pool = cfg.tasks or [t.instance_id for t in tasks]
         policy.model.eval()
-        trajs = run_rollouts(spec, policy.engine, pool, cfg.runs_per_task, cfg.seed)
+        trajs = run_rollouts(spec, policy.require_engine(), pool, cfg.runs_per_task, cfg.seed)
         failed = Counters(episodes=len(trajs))
         for t in trajs:
             if not count_rollout_error(t, failed):

@@ -5,7 +5,7 @@ One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
 1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollout.collect.TaskPool``,
    resumable);
 2. roll out ``group_size`` episodes per task through ``agents.rollout`` with the policy's engine
-   (``algos.engine``; temperature 1.0, no top-k/top-p);
+   (``algos.policy``; temperature 1.0, no top-k/top-p);
 3. score them (``algos.rollout.scoring``): reward = env reward (or ``reward_fn``) + the turn-based length
    penalty when enabled; a reward function that raises drops that sample (counted, error logged);
    episodes that crashed or are not token-exact are dropped (counted); when all of them fail, or
@@ -111,7 +111,7 @@ class Trainer(TrainerState):
             self.scoring,
             self.rollout_spec,
             self.task_pool,
-            self.policy.engine,
+            self.policy.require_engine(),
             self.reward_fn,
             counters,
             iteration=self.iteration,
@@ -261,7 +261,9 @@ class Trainer(TrainerState):
         assert self.validator is not None
         self.policy.model.eval()
         row = self.validator.validate(
-            lambda ids, n, seed: run_rollouts(self.rollout_spec, self.policy.engine, ids, n, seed),
+            lambda ids, n, seed: run_rollouts(
+                self.rollout_spec, self.policy.require_engine(), ids, n, seed
+            ),
             self.iteration,
             self.learner.step,
         )

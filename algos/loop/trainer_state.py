@@ -1,6 +1,6 @@
 """What the RL trainer holds: the parts built from the config, the weight pushes, checkpoints.
 
-Scale: ``algos.engine.build_policy`` (model, tokenizer, rollout engine) and ``learner_factory``
+Scale: ``algos.policy.build_policy`` (model, tokenizer, rollout engine) and ``learner_factory``
 (:func:`algos.distributed.learner.make_learner` by default) are the only places that create them.
 Under ``torchrun --nproc-per-node N`` the learner is FSDP2-sharded over N ranks (``cp`` of them
 split each sequence); rank 0 alone rolls out, scores and filters, then broadcasts the kept samples
@@ -30,7 +30,6 @@ import torch
 from agents.trajectory import Trajectory
 from algos.config import save_config
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
-from algos.engine import Policy, build_rank_policy
 from algos.learner.learner import Learner
 from algos.learner.learner_config import LearnerConfig, PolicyLearner
 from algos.loop.run_state import (
@@ -42,6 +41,7 @@ from algos.loop.run_state import (
     write_solve_rates,
 )
 from algos.loop.validation import Validator
+from algos.policy import Policy, build_rank_policy
 from algos.rl_common import PolicyGradientConfig, resolve_old_logprobs
 from algos.rollout.async_collect import AsyncCollector, Staleness, check_async
 from algos.rollout.collect import (
@@ -184,7 +184,7 @@ class TrainerState:
                 self.plan,
                 self.rollout_spec,
                 self.task_pool,
-                self.policy.engine,
+                self.policy.require_engine(),
                 self.max_staleness,
                 start_round=self.async_round,
             )

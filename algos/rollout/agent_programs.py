@@ -37,12 +37,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.gateway import APIError, Gateway, key_session_id
 from agents.react import record_end, turn_seed
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
+
+if TYPE_CHECKING:
+    from agents.protocols import Model
 
 AgentFactory = Callable[..., Callable[[Any], Any]]
 
@@ -223,7 +226,7 @@ def _episode(
 
 def run_agent_rollouts(
     spec: Any,
-    engine: Any,
+    engine: Model,
     task_ids: Sequence[str],
     n_per_task: int,
     seed: int,

@@ -23,6 +23,7 @@ from algos.rollout.async_producer import AsyncRollouts, split_stale, staleness_m
 from algos.rollout.collect import (
     Collected,
     CollectPlan,
+    RolloutEngine,
     RolloutSpec,
     TaskPool,
     count_solves,
@@ -69,7 +70,7 @@ class AsyncCollector:
         plan: CollectPlan,
         spec: RolloutSpec,
         tasks: TaskPool,
-        engine: Any,
+        engine: RolloutEngine,
         max_staleness: int,
         start_round: int = 0,
     ):

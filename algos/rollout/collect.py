@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
@@ -19,6 +19,7 @@ from algos.run_config import RunConfig
 from swe_gym.errors import unknown_choice
 
 if TYPE_CHECKING:
+    from agents.protocols import Model
     from algos.rl_common import PolicyGradientConfig
 
 log = logging.getLogger(__name__)
@@ -235,7 +236,7 @@ class RolloutSpec:
 
 @runtime_checkable
 class EpisodeRunner(Protocol):
-    """An engine that runs whole episodes itself (``algos.engine.RayRollouts``)."""
+    """An engine that runs whole episodes itself (``algos.policy.RayRollouts``)."""
 
     def run_episodes(
         self,
@@ -246,9 +247,22 @@ class EpisodeRunner(Protocol):
     ) -> list[Trajectory]: ...
 
 
+@runtime_checkable
+class TakesWeights(Protocol):
+    """A rollout engine with its own copy of the weights (``TransformersModel``, ``VLLMModel``,
+    ``RayRollouts``): the trainer pushes each update as a policy version."""
+
+    def update_weights(self, state: dict[str, Any], version: int | None = None) -> Any: ...
+
+
+# What samples the rollouts (``Policy.engine``): an ``agents`` model the built-in agent (or the
+# gateway, for agent programs) calls turn by turn, or a runner of whole episodes (Ray workers).
+RolloutEngine = Union["Model", EpisodeRunner]
+
+
 def run_rollouts(
     spec: RolloutSpec,
-    engine: Any,
+    engine: RolloutEngine,
     task_ids: Sequence[str],
     n_per_task: int,
     seed: int,
@@ -349,7 +363,7 @@ class Collected:
 
 def roll_out_groups(
     spec: RolloutSpec,
-    engine: Any,
+    engine: RolloutEngine,
     task_ids: Sequence[str],
     group_size: int,
     seed: int,
@@ -376,7 +390,7 @@ def collect(
     scoring: ScoringSpec,
     spec: RolloutSpec,
     tasks: TaskPool,
-    engine: Any,
+    engine: RolloutEngine,
     reward_fn: Callable[[Trajectory], float] | None,
     counters: Counters,
     *,

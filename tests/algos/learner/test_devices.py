@@ -104,7 +104,7 @@ def test_trainer_sampler_and_reference_follow_the_learners_device(tmp_path: Path
 
 def test_engine_copy_follows_the_training_device(tmp_path: Path, monkeypatch):
     # engine_dtype bfloat16: the engine holds its own copy, put on the training device.
-    import algos.engine as policy_mod
+    import algos.policy as policy_mod
 
     monkeypatch.setattr(policy_mod, "training_device", lambda: META)
     policy = policy_mod.build_policy(toy_cfg(tmp_path, engine_dtype="bfloat16"), tmp_path / "run")

@@ -124,7 +124,7 @@ def test_ctrl_c_in_the_learner_saves_and_stops_the_producer(tmp_path: Path):
 
 
 def test_k1_with_a_shared_module_is_a_config_error(tmp_path: Path):
-    from algos.engine import build_policy
+    from algos.policy import build_policy
     from algos.loop.trainer import Trainer
 
     cfg = grpo.GRPOConfig(

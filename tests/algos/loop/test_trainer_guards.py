@@ -17,7 +17,7 @@ import pytest
 from agents.models import ScriptedModel
 from algos import objectives
 from algos.dapo import DAPOConfig
-from algos.engine import Policy, load_policy_model
+from algos.policy import Policy, load_policy_model
 from algos.grpo import GRPOConfig
 from algos.loop.metrics import read_metrics
 from algos.loop.trainer import Trainer

@@ -1,4 +1,4 @@
-"""The rollout source: the policy model, its tokenizer and the engine (in-process or Ray)."""
+"""The policy: the trained module, its tokenizer and its rollout engine (in-process or Ray)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,37 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from agents.models.engine_logs import ENGINE_LOG
 from algos.config import ConfigError
 from algos.distributed.fsdp import DistContext, training_device
-from algos.rollout.collect import RolloutSpec
+from algos.rollout.collect import RolloutEngine, RolloutSpec, TakesWeights
 from algos.run_config import RunConfig
 
 
 @dataclass
 class Policy:
-    """The trained model, its tokenizer and the ``agents`` model that samples rollouts."""
+    """The trained module, its tokenizer and the rollout engine that samples from it."""
 
     model: torch.nn.Module
     tokenizer: Any
     path: Path  # a Hugging Face folder holding the initial weights (what vLLM loads)
-    engine: Any = None  # the agents Model that samples the rollouts
+    engine: RolloutEngine | None = None  # what samples the rollouts
     on_policy: bool = True  # the engine samples from the policy's weights
     shares_weights: bool = False  # the engine IS the training module (no push needed)
     engine_dtype: torch.dtype | None = None  # cast pushed weights to the engine's dtype
+
+    def require_engine(self) -> RolloutEngine:
+        """The rollout engine, or an error saying why there is none."""
+        if self.engine is None:
+            raise RuntimeError(
+                "this policy has no rollout engine: only rank 0 of a sharded run samples, and an "
+                "RFT run that reads saved trajectories builds none"
+            )
+        return self.engine
 
     @property
     def needs_push(self) -> bool:
@@ -43,7 +52,7 @@ class Policy:
         to the rollout engine as policy ``version`` (the learner's optimiser step; the engine
         stamps it on every generation); returns seconds spent."""
         if version is not None and self.shares_weights and hasattr(self.engine, "policy_version"):
-            self.engine.policy_version = version  # the module itself changed: only relabel
+            cast(Any, self.engine).policy_version = version  # the module itself changed: relabel
         if not self.needs_push or self.engine is None:
             return 0.0
         t0 = time.perf_counter()
@@ -53,6 +62,11 @@ class Policy:
             k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
             for k, v in state.items()
         }
+        if not isinstance(self.engine, TakesWeights):
+            raise TypeError(
+                f"rollout engine {type(self.engine).__name__} has no update_weights, so it cannot "
+                "sample from the trained weights; on_policy engines must take weight pushes"
+            )
         if version is None:
             self.engine.update_weights(state)
         else:

@@ -10,7 +10,7 @@ import pytest
 import agents.models.vllm as vllm_backend
 from algos.config import ConfigError, parse_config
 from algos.dapo import DAPOConfig
-from algos.engine import build_policy
+from algos.policy import build_policy
 from tests.algos.toy_run import toy_argv, toy_cfg
 
 
