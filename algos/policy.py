@@ -14,9 +14,9 @@ import torch
 
 from agents.models.engine_logs import ENGINE_LOG
 from algos.config import ConfigError
+from algos.config.run import RunConfig
 from algos.distributed.fsdp import DistContext, training_device
 from algos.rollout.collect import RolloutEngine, RolloutSpec, TakesWeights
-from algos.run_config import RunConfig
 
 
 @dataclass

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from algos.config.rft import RFTConfig
 from swe_gym.tools.parsing import InvalidAction, parse_action
 
-if TYPE_CHECKING:  # type-only: algos.rft imports the RFT loop, which imports this module
+if TYPE_CHECKING:
     from algos.policy import Policy
-    from algos.rft import RFTConfig
 
 
 def turn_contexts(trajectories: Sequence[Any], limit: int, seed: int = 0) -> list[list[int]]:
@@ -42,9 +42,6 @@ def turn_contexts(trajectories: Sequence[Any], limit: int, seed: int = 0) -> lis
             ids = ids + list(turn.completion_ids)
     random.Random(seed).shuffle(out)
     return out[:limit]
-
-
-PROBES = ("greedy", "sample")
 
 
 @torch.no_grad()
@@ -135,7 +132,7 @@ def format_valid_rate(
     return valid / len(contexts)
 
 
-__all__ = ["PROBES", "format_valid_rate", "greedy_match_rate", "turn_contexts"]
+__all__ = ["format_valid_rate", "greedy_match_rate", "turn_contexts"]
 
 
 class FormatProbe:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algos.config import ConfigError, save_config, to_dict
+from algos.config.rft import RFTConfig
 from algos.learner.samples import Sample
 from algos.loop.format_probe import FormatProbe
 from algos.loop.metrics import MetricsLogger
@@ -35,9 +36,8 @@ from algos.rollout.scoring import (
     episode_samples,
 )
 
-if TYPE_CHECKING:  # the config lives with its entry point, which imports this module
+if TYPE_CHECKING:
     from agents.trajectory import Trajectory
-    from algos.rft import RFTConfig
 
 DATA_FILE = "rft_data.jsonl"  # the kept trajectories, reused by --resume
 

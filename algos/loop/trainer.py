@@ -55,6 +55,7 @@ from typing import Any
 
 from agents.trajectory import Trajectory
 from algos.config import ConfigError, to_dict
+from algos.config.policy_gradient import PolicyGradientConfig
 from algos.learner.samples import Sample
 from algos.loop.metrics import (
     METRICS_FILE,
@@ -71,7 +72,6 @@ from algos.loop.run_state import InterruptGuard, broadcast_object, checkpoint_du
 from algos.loop.trainer_state import TrainerState
 from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
-from algos.rl_common import PolicyGradientConfig
 from algos.rollout.collect import Collected, collect, run_rollouts
 from algos.rollout.scoring import Counters, EpisodesFailed, to_samples
 

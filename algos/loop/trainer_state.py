@@ -29,6 +29,7 @@ import torch
 
 from agents.trajectory import Trajectory
 from algos.config import save_config
+from algos.config.policy_gradient import PolicyGradientConfig, resolve_old_logprobs
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
 from algos.learner.learner import Learner
 from algos.learner.learner_config import LearnerConfig, PolicyLearner
@@ -42,7 +43,6 @@ from algos.loop.run_state import (
 )
 from algos.loop.validation import Validator
 from algos.policy import Policy, build_rank_policy
-from algos.rl_common import PolicyGradientConfig, resolve_old_logprobs
 from algos.rollout.async_collect import AsyncCollector, Staleness, check_async
 from algos.rollout.collect import (
     CollectPlan,

@@ -31,14 +31,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from algos.config import PRESET_DIR, ConfigError
-
-if TYPE_CHECKING:  # the entry point's config, for its type only
-    from algos.dapo import DAPOConfig
+from algos.config.dapo import DAPOConfig
+from algos.config.rft import RFTConfig
 from swe_gym.paths import cache_root
 
 DONE = "warm_start.json"
@@ -113,7 +112,6 @@ def ensure(name: str, policy: str, seed: int = 0) -> dict[str, Any]:
 def _build(recipe: dict, policy: str, seed: int, root: Path) -> dict[str, Any]:
     from agents.trajectory import Trajectory
     from algos.loop.rft_loop import train_rft
-    from algos.rft import RFTConfig
 
     t0 = time.perf_counter()
     repos_dir = root / "repos"

@@ -38,7 +38,7 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 # Losses that read old_logprobs (an importance ratio); the learner checks samples carry them.
 NEEDS_OLD_LOGPROBS: set[str] = set()
 # (eps_low, eps_high) of losses whose ratio is not PPO's per-token one, so a token-level range
-# would not fit them; GRPO and DAPO pass these unless the user sets a range (rl_common).
+# would not fit them; GRPO and DAPO pass these unless the user sets a range (algos.config.policy_gradient).
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {}
 GSPO_CLIP = (3e-4, 4e-4)  # the GSPO paper's range for its sequence-level ratio
 

@@ -30,7 +30,6 @@ The factory contract (called once per episode, with keywords)::
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import secrets
 import threading
 import time
@@ -42,31 +41,10 @@ from typing import TYPE_CHECKING, Any
 from agents.gateway import APIError, Gateway, key_session_id
 from agents.react import record_end, turn_seed
 from agents.trajectory import Trajectory
-from algos.config import ConfigError
+from algos.config.checks import AgentFactory, load_agent_factory
 
 if TYPE_CHECKING:
     from agents.protocols import Model
-
-AgentFactory = Callable[..., Callable[[Any], Any]]
-
-
-def load_agent_factory(spec: str) -> AgentFactory:
-    """The callable named by ``module:factory``, or a ``ConfigError`` saying what is wrong."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"agent must be module:factory; got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"agent {spec!r}: cannot import module {module_name!r}: {e}") from None
-    factory: Any = module
-    for part in attr.split("."):
-        if not hasattr(factory, part):
-            raise ConfigError(f"agent {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        factory = getattr(factory, part)
-    if not callable(factory):
-        raise ConfigError(f"agent {spec!r}: {attr!r} is not callable")
-    return factory
 
 
 @dataclass

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
+from algos.config.run import RunConfig
 from algos.rollout.scoring import Counters, Scored, ScoringSpec, score_groups
-from algos.run_config import RunConfig
 from swe_gym.errors import unknown_choice
 
 if TYPE_CHECKING:
     from agents.protocols import Model
-    from algos.rl_common import PolicyGradientConfig
+    from algos.config.policy_gradient import PolicyGradientConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,24 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from swe_gym.audit.signals import SIGNALS, Signal, hack_signals
-from swe_gym.errors import unknown_choice
+from algos.config.checks import HACK_ACTIONS, check_policy
+from swe_gym.audit.signals import Signal, hack_signals
 
-HACK_ACTIONS = ("mask", "penalise", "log")
 # Where a signal has more than one policy in play, the strongest wins.
 _STRENGTH = {"log": 0, "penalise": 1, "mask": 2}
-
-
-def check_policy(policy: Mapping[str, str], default: str) -> dict[str, str]:
-    """``signal -> action`` for every signal, ``default`` where ``policy`` is silent."""
-    if default not in HACK_ACTIONS:
-        raise unknown_choice("hack_action", default, HACK_ACTIONS)
-    for name, action in policy.items():
-        if name not in SIGNALS:
-            raise unknown_choice("hack_policy signal", name, SIGNALS)
-        if action not in HACK_ACTIONS:
-            raise unknown_choice(f"hack_policy[{name!r}]", action, HACK_ACTIONS)
-    return {s: policy.get(s, default) for s in SIGNALS}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from algos.config import ConfigError
 from algos.learner.samples import Sample
 
 if TYPE_CHECKING:
-    from algos.rl_common import PolicyGradientConfig
+    from algos.config.policy_gradient import PolicyGradientConfig
     from algos.rollout.hack_monitor import HackMonitor
 
 log = logging.getLogger(__name__)

@@ -198,3 +198,35 @@ def test_cli_rejects_contradiction_before_any_work(tmp_path: Path):
         with pytest.raises(SystemExit, match="config error"):
             main([*argv, "--run-dir", str(run)])
     assert not run.exists()
+
+
+@pytest.mark.parametrize("cls", [DAPOConfig, GRPOConfig, RFTConfig])
+def test_every_learner_setting_is_reachable_from_the_run_config(cls):
+    import dataclasses
+
+    from algos.config.checks import LEARNER_SETTINGS
+    from algos.learner.learner_config import LearnerConfig
+
+    run_fields = {f.name for f in dataclasses.fields(cls)}
+    fixed = {"schedule", "total_steps", "loss_kwargs", "log_entropy"}  # documented as fixed
+    if cls is RFTConfig:  # SFT: its loss and aggregation are the method
+        fixed |= {"loss", "agg_mode", "kl_coef", "kl_estimator", "entropy_coef"}
+        fixed |= {"off_policy_correction", "is_cap"}
+    unreachable = {f.name for f in dataclasses.fields(LearnerConfig)} - run_fields - fixed
+    assert unreachable == set(LEARNER_SETTINGS)
+    cfg = cls(learner={"logprob_chunk_size": 1024, "betas": [0.8, 0.9], "min_lr_ratio": 0.1})
+    built = cfg.learner_config(4) if cls is RFTConfig else cfg.learner_config()
+    assert (built.logprob_chunk_size, built.betas, built.min_lr_ratio) == (1024, (0.8, 0.9), 0.1)
+    with pytest.raises(ConfigError, match="learner setting 'lr'.*logprob_chunk_size"):
+        cls(learner={"lr": 1.0})  # a field the run names itself is set there, once
+    with pytest.raises(ConfigError, match="betas must be two floats"):
+        cls(learner={"betas": [0.9]})
+
+
+@pytest.mark.parametrize("cls", [DAPOConfig, GRPOConfig])
+def test_learner_fields_are_checked_once_at_config_time(cls):
+    # agg_mode, kl_estimator, loss and kl_coef are LearnerConfig's checks, run when the config is
+    with pytest.raises(ConfigError, match="agg_mode"):
+        cls(agg_mode="sum-of-everything")
+    with pytest.raises(ConfigError, match="kl_coef must be >= 0"):
+        cls(kl_coef=-1.0)

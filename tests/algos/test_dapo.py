@@ -13,9 +13,9 @@ import pytest
 from agents.models import ScriptedModel
 from algos import dapo
 from algos.dapo import DAPOConfig
-from algos.policy import Policy, load_policy_model
 from algos.loop.metrics import read_metrics
 from algos.loop.trainer import Trainer
+from algos.policy import Policy, load_policy_model
 from tests.algos.toy_run import toy_argv
 
 TOY = toy_argv()

@@ -62,8 +62,8 @@ def test_unknown_rollout_backend_is_named():
 @pytest.mark.slow  # a Ray cluster, its worker and two DAPO iterations (56 s wall under load)
 def test_ray_rollout_backend_trains_and_pushes_weights(tmp_path: Path):
     ray = pytest.importorskip("ray")
-    from algos.policy import RayRollouts
     from algos.loop.trainer import Trainer
+    from algos.policy import RayRollouts
 
     ray.init(
         num_cpus=3,

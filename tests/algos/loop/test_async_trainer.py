@@ -124,8 +124,8 @@ def test_ctrl_c_in_the_learner_saves_and_stops_the_producer(tmp_path: Path):
 
 
 def test_k1_with_a_shared_module_is_a_config_error(tmp_path: Path):
-    from algos.policy import build_policy
     from algos.loop.trainer import Trainer
+    from algos.policy import build_policy
 
     cfg = grpo.GRPOConfig(
         **toy_run.toy_fields(tmp_path / "run", **RUN, max_staleness=1, iterations=1)

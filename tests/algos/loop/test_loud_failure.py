@@ -16,8 +16,8 @@ import pytest
 from agents.models import ScriptedModel
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.policy import Policy, load_policy_model
 from algos.loop.trainer import Trainer
+from algos.policy import Policy, load_policy_model
 from algos.rollout.scoring import EpisodesFailed
 from tests.algos import toy_run
 

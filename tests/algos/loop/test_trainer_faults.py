@@ -16,9 +16,9 @@ from agents.protocols import Generation
 from algos import objectives
 from algos.config import ConfigError
 from algos.dapo import DAPOConfig
-from algos.policy import Policy, load_policy_model
 from algos.loop.metrics import read_metrics
 from algos.loop.trainer import DynamicSamplingExhausted, Trainer
+from algos.policy import Policy, load_policy_model
 from tests.algos import toy_run
 
 REPO = Path(__file__).resolve().parents[3]

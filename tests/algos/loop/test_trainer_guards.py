@@ -17,10 +17,10 @@ import pytest
 from agents.models import ScriptedModel
 from algos import objectives
 from algos.dapo import DAPOConfig
-from algos.policy import Policy, load_policy_model
 from algos.grpo import GRPOConfig
 from algos.loop.metrics import read_metrics
 from algos.loop.trainer import Trainer
+from algos.policy import Policy, load_policy_model
 from algos.rollout import collect as rollouts_mod
 from algos.rollout.collect import TaskPool
 from tests.algos import toy_run

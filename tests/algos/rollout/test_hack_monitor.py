@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from algos.config import ConfigError
+from algos.config.run import RunConfig
 from algos.report_html import render_episode
 from algos.rollout.collect import TaskPool, weigh_hackable
 from algos.rollout.hack_monitor import HackMonitor
 from algos.rollout.scoring import Counters, ScoringSpec, score_groups
-from algos.run_config import RunConfig
 from tests.algos.fake_episodes import traj
 
 OVERLOAD = (

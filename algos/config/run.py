@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from algos.config import ConfigError
+from algos.config.checks import check_learner_settings, check_policy, load_agent_factory
 from swe_gym.errors import unknown_choice
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
@@ -71,6 +72,13 @@ class RunConfig:
     """Stop the run (first error's message, non-zero exit) when more than this share of an
     iteration's episodes fail in their rollout or reward; a run where every one fails always
     stops."""
+    learner: dict = field(default_factory=dict)
+    """LearnerConfig settings no field here names, set directly, e.g. {"liger": true,
+    "logprob_chunk_size": 2048}: betas, eps (AdamW), packing, packed_attention, tree_min_prefix,
+    bf16_compute_copy, liger, logprob_chunk_size, min_lr_ratio (see
+    algos/learner/learner_config.py). Fixed by the algorithm: schedule (RL constant, RFT cosine),
+    total_steps (derived), loss_kwargs (the clip range), log_entropy (on); RFT's loss choices
+    (sft, token-mean, no KL, entropy term or correction)."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward micro-batch."""
     bf16: bool = False
@@ -156,9 +164,8 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
         if self.cp < 1:
             raise ConfigError(f"cp must be >= 1; got {self.cp}")
-        from algos.rollout.hack_monitor import check_policy
-
         check_policy(self.hack_policy, self.hack_action)
+        check_learner_settings(self.learner)
         if not 0 <= self.hackable_weight <= 1:
             raise ConfigError(f"hackable_weight must be in [0, 1]; got {self.hackable_weight}")
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -180,8 +187,6 @@ class RunConfig:
                     f"agent={self.agent!r} runs with rollout_backend=threads only; got "
                     f"rollout_backend={self.rollout_backend!r}"
                 )
-            from algos.rollout.agent_programs import load_agent_factory
-
             load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
         for name in ("ray_workers", "max_sandbox_starts_per_node"):
             if getattr(self, name) < 1:

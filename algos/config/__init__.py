@@ -1,7 +1,7 @@
 """Config machinery shared by the entry points: flat dataclasses -> ``--help``, YAML, CLI.
 
 Each algorithm has ONE flat dataclass (``RFTConfig``, ``GRPOConfig``, ``DAPOConfig``; the run-level
-fields they share come from :class:`algos.run_config.RunConfig`). The docstring string under a
+fields they share come from :class:`algos.config.run.RunConfig`). The docstring string under a
 field is its ``--help`` text (read from the class source, so the code is the documentation).
 Values are resolved in this order, later wins::
 
@@ -33,7 +33,7 @@ from swe_gym.errors import unknown_choice
 
 C = TypeVar("C")
 
-PRESET_DIR = Path(__file__).parent / "presets"
+PRESET_DIR = Path(__file__).parents[1] / "presets"
 CONFIG_FILE = "config.yaml"  # the resolved config, written into every run directory
 
 

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 from algos import objectives
 from algos.config import ConfigError
+from algos.config.run import RLConfig
 from algos.learner.learner_config import LearnerConfig
-from algos.run_config import RLConfig
 from swe_gym.errors import unknown_choice
 
 ON_EXHAUSTED = ("error", "skip")
@@ -111,6 +111,12 @@ class PolicyGradientConfig(RLConfig):
         super().__post_init__()
         resolve_clip(self)
         validate_rl_config(self)
+        try:  # the learner's own fields are checked where they are declared, in LearnerConfig
+            self.learner_config()
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def learner_config(self) -> LearnerConfig:
         """The learner this algorithm trains with: the clip range goes to every loss with a ratio."""
@@ -163,14 +169,11 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
             f"length_penalty needs length_threshold < max_turns (T_max); got length_threshold="
             f"{cfg.length_threshold}, max_turns={cfg.max_turns}"
         )
-    if cfg.kl_coef < 0:
-        raise ConfigError(f"kl_coef must be >= 0; got {cfg.kl_coef}")
     if not 0 <= cfg.overlong_buffer <= cfg.max_context_tokens:
         raise ConfigError(
             f"overlong_buffer must be in [0, max_context_tokens={cfg.max_context_tokens}] (0: no "
             f"overlong penalty); got {cfg.overlong_buffer}"
         )
-    objectives.get_policy_loss_fn(cfg.loss)
     if cfg.eps_low is None or not 0 <= cfg.eps_low < 1:
         raise ConfigError(f"eps_low must be in [0, 1); got {cfg.eps_low}")
     if cfg.eps_high is None or cfg.eps_high < 0:
@@ -196,10 +199,6 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
             "not compute, so every ratio would be 1; with a correction use old_logprobs=recompute or "
             "auto, or keep old_logprobs=behaviour with off_policy_correction=none (or loss pg)"
         )
-    if cfg.agg_mode not in objectives.AGG_MODES:
-        raise unknown_choice("agg_mode", cfg.agg_mode, objectives.AGG_MODES)
-    if cfg.kl_estimator not in objectives.KL_ESTIMATORS:
-        raise unknown_choice("kl_estimator", cfg.kl_estimator, objectives.KL_ESTIMATORS)
 
 
 def learner_config_from(cfg: PolicyGradientConfig, loss_kwargs: dict[str, Any]) -> LearnerConfig:
@@ -225,6 +224,7 @@ def learner_config_from(cfg: PolicyGradientConfig, loss_kwargs: dict[str, Any]) 
         off_policy_correction=getattr(cfg, "off_policy_correction", "none"),
         is_cap=getattr(cfg, "is_cap", 2.0),
         tree_packing=getattr(cfg, "tree_packing", True),
+        **cfg.learner,
     )
 
 

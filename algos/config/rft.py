@@ -1,0 +1,110 @@
+"""``RFTConfig``: rejection fine-tuning's settings (defaults: Nebius RFT, docs/methods.md#rft)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from algos.config import ConfigError
+from algos.config.run import EPISODE_SAMPLING, RunConfig
+from algos.learner.learner_config import LearnerConfig
+from swe_gym.errors import unknown_choice
+
+# the format probe's kinds (algos/loop/format_probe.py)
+PROBES = ("greedy", "sample")
+
+
+@dataclass
+class RFTConfig(RunConfig):
+    """Rejection fine-tuning (defaults: Nebius RFT, docs/methods.md#rft)."""
+
+    trajectories: list[str] | None = None
+    """Trajectory JSONL files to train on instead of rolling out (comma-separated)."""
+    runs_per_task: int = 10
+    """Episodes per task when rolling out (Nebius: 10)."""
+    mask_invalid: bool = True
+    """Mask turns whose action the env rejected (format errors) out of the loss."""
+    epochs: int = 1
+    """Passes over the kept trajectories."""
+    batch_size: int = 64
+    """Trajectories per optimiser step."""
+    lr: float = 5e-6
+    """Peak AdamW learning rate."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    warmup_steps: int = 10
+    """Linear warm-up steps, then cosine to 0."""
+    grad_clip: float = 1.0
+    """Max gradient norm."""
+    yarn_factor: float | None = None
+    """Extend the rope with YaRN by this factor."""
+    save_episodes: int | None = 64
+    """Rolled-out episodes written to RUN_DIR/episodes/iter-000001.jsonl (as the RL loop saves an
+    iteration's; python -m algos.report RUN_DIR shows them); 0 saves none, none saves all."""
+    probe_contexts: int = 0
+    """Turn contexts of the kept trajectories the format probe samples a reply for, before the
+    first epoch and after each (format_valid in the metrics); 0: no probe."""
+    probe: str = "greedy"
+    """Format probe (algos/loop/format_probe.py): greedy (one forward pass: the share of valid turns
+    greedy decoding reproduces, a lower bound) or sample (sampled replies parsed as the env
+    would: the format-valid rate itself, minutes per probe on a CPU)."""
+    format_patience: int = 0
+    """Stop after this many epochs in a row without a rise of format_valid (epochs is then a
+    maximum; needs probe_contexts); 0: run every epoch."""
+    save_episodes_sampling: str = "groups"
+    """Which episodes are saved when there are more than save_episodes: groups (whole tasks at
+    random) or random (episodes at random)."""
+    tree_packing: bool = True
+    """Shared-prefix packing in the learner: a task's runs in one batch share its prompt (found
+    from the token ids), computed once, each run's continuation attending to it (algos.learner.tree);
+    same loss and gradients as plain packing. The metrics rows show tokens_computed against
+    tokens_plain."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("runs_per_task", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0; got {self.warmup_steps}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0; got {self.lr}")
+        if self.save_episodes is not None and self.save_episodes < 0:
+            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        if self.save_episodes_sampling not in EPISODE_SAMPLING:
+            raise unknown_choice(
+                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
+            )
+        for path in self.trajectories or []:
+            if not Path(path).is_file():
+                raise ConfigError(f"trajectory file {path!r} does not exist")
+        if self.probe_contexts < 0 or self.format_patience < 0:
+            raise ConfigError("probe_contexts and format_patience must be >= 0")
+        if self.probe not in PROBES:
+            raise unknown_choice("probe", self.probe, PROBES)
+        if self.format_patience and not self.probe_contexts:
+            raise ConfigError("format_patience stops on the format probe: set probe_contexts too")
+        if self.trajectories and self.agent:
+            raise ConfigError(
+                f"agent={self.agent!r} runs the rollouts, but trajectories="
+                f"{self.trajectories} replace them: pass one or the other"
+            )
+
+    def learner_config(self, total_steps: int) -> LearnerConfig:
+        warmup = min(self.warmup_steps, max(0, total_steps - 1))
+        return LearnerConfig(
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            warmup_steps=warmup,
+            schedule="cosine",
+            total_steps=total_steps,
+            micro_batch_tokens=self.micro_batch_tokens,
+            bf16=self.bf16,
+            grad_checkpointing=self.grad_checkpointing,
+            loss="sft",
+            agg_mode="token-mean",
+            temperature=self.temperature,
+            tree_packing=self.tree_packing,
+            **{"min_lr_ratio": 0.0, **self.learner},
+        )
