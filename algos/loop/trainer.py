@@ -1,32 +1,29 @@
 """The one RL loop behind ``algos.grpo`` and ``algos.dapo``: iterate, train, push, log, checkpoint.
 
-One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo):
+One iteration (:meth:`Trainer.iteration_step`; docs/methods.md#modified-dapo) has the three
+phases its code numbers:
 
-1. sample ``problems_per_iteration`` tasks from the pool (``algos.rollout.collect.TaskPool``,
-   resumable);
-2. roll out ``group_size`` episodes per task through ``agents.rollout`` with the policy's engine
-   (``algos.policy``; temperature 1.0, no top-k/top-p);
-3. score them (``algos.rollout.scoring``): reward = env reward (or ``reward_fn``) + the turn-based length
-   penalty when enabled; a reward function that raises drops that sample (counted, error logged);
-   episodes that crashed or are not token-exact are dropped (counted); when all of them fail, or
-   more than ``max_error_share``, the run stops with the first error (``EpisodesFailed``); with
-   ``mask_failed_groups`` every group holding a failed or timed-out episode is left out;
-4. group advantages (``advantage_estimator``: grpo, ``algos.objectives.group_advantages``, or rloo);
-5. the named filter drops samples (``nonzero_advantage``: Nebius; ``nonconstant_group``: DAPO
-   dynamic sampling; ``none``: GRPO); while fewer than ``batch_size`` samples survive, more
-   problems are sampled (at most ``max_refill_rounds`` extra rounds; ``algos.rollout.collect.collect``),
-   then ``on_exhausted`` decides: ``error`` (default, :class:`DynamicSamplingExhausted`) or
-   ``skip`` (the iteration is counted in ``skipped_iterations`` and training goes on);
-6. samples longer than ``max_context_tokens`` are truncated (counted); overlong episodes are
-   dropped only with ``overlong_filter``;
-7. the kept samples are shuffled and split into ``min(max_steps_per_iteration,
-   kept // batch_size)`` mini-batches, one optimiser step each (``algos.learner.learner.Learner``:
-   global-token normalisation, clipping, KL, NaN-skip);
-8. the new weights are pushed to the rollout engine; up to ``save_episodes`` of the iteration's
-   episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``); metrics (with the
-   behaviour/learner mismatch) go to ``metrics.jsonl`` (and TensorBoard / W&B;
-   ``algos.loop.metrics``); a checkpoint (learner + task pool + iteration) is written
-   (``algos.loop.run_state``).
+1. **collect** (rank 0; :meth:`Trainer.collect_groups`, ``algos.rollout.collect.collect``): draw
+   ``problems_per_iteration`` tasks from the pool (``TaskPool``, resumable), roll out
+   ``group_size`` episodes per task with the policy's rollout engine (temperature 1.0, no
+   top-k/top-p), score them (``algos.rollout.scoring``: reward = env reward or ``reward_fn``, the
+   hack monitor, the turn-based length penalty when enabled; crashed or not token-exact episodes
+   dropped and counted, ``EpisodesFailed`` past ``max_error_share``; with ``mask_failed_groups``
+   a group holding a failed or timed-out episode is left out), group advantages
+   (``advantage_estimator``) and the named filter (``nonzero_advantage``: Nebius;
+   ``nonconstant_group``: DAPO dynamic sampling; ``none``: GRPO); while fewer than
+   ``batch_size`` samples survive, more problems are sampled (at most ``max_refill_rounds``
+   extra rounds), then ``on_exhausted`` decides: ``error`` (:class:`DynamicSamplingExhausted`)
+   or ``skip`` (counted in ``skipped_iterations``). The survivors become ``Sample``s (truncated
+   to ``max_context_tokens``, counted; overlong episodes dropped only with ``overlong_filter``);
+   up to ``save_episodes`` episodes go to ``RUN_DIR/episodes/`` (``python -m algos.report``).
+2. **train and push** (:meth:`Trainer.train_on`): the samples are shuffled and split into
+   ``min(max_steps_per_iteration, kept // batch_size)`` mini-batches, one optimiser step each
+   (``algos.learner.learner.Learner``: global-token normalisation, clipping, KL, NaN-skip); the
+   rollout engine takes the new weights, versioned by the learner's step.
+3. **row**: the metrics row (with the behaviour/learner mismatch); :meth:`Trainer.run` logs it
+   (``metrics.jsonl``, TensorBoard / W&B; ``algos.loop.metrics``), validates when due and writes
+   a checkpoint (learner + task pool + iteration; ``algos.loop.run_state``) when due.
 
 Asynchronous (``max_staleness`` K >= 1, ``algos.rollout.async_collect``): steps 1-2 run ahead on a
 producer thread (at most K rounds) from the latest pushed weights while the learner trains; the
@@ -93,7 +90,7 @@ class Trainer(TrainerState):
     def collect_groups(
         self, counters: Counters, tick: Callable[[Trajectory], None] | None = None
     ) -> Collected:
-        """Steps 1-5 for the current iteration: roll out, score, filter, refill (rank 0)."""
+        """Phase 1 up to the survivors: roll out, score, filter, refill (rank 0)."""
         if self.collector is not None:  # rounds rolled out ahead; stale groups dropped
             got, self.staleness = self.collector.collect(
                 self.scoring,
@@ -122,7 +119,7 @@ class Trainer(TrainerState):
     def _make_samples(
         self, counters: Counters, tick: Callable[[Trajectory], None]
     ) -> tuple[list[Sample], Collected]:
-        """Steps 1-6 (rank 0 only under torchrun): the learner's samples and the groups."""
+        """Phase 1 (rank 0 only under torchrun): the learner's samples and the groups."""
         cfg = self.cfg
         got = self.collect_groups(counters, tick)
         if len(got.kept) < self.needed:
@@ -153,7 +150,7 @@ class Trainer(TrainerState):
     def train_on(
         self, samples: list[Sample], guard: InterruptGuard
     ) -> tuple[list[dict[str, float]], float]:
-        """Step 7: the samples (the same full list on every rank) shuffled and split into
+        """Phase 2: the samples (the same full list on every rank) shuffled and split into
         mini-batches, one optimiser step each; returns each step's metrics and the seconds
         spent pushing weights (after every step with ``max_staleness``, else after the last)."""
         cfg = self.cfg
