@@ -220,6 +220,8 @@ class RolloutSpec:
     agent: str | None = (
         None  # module:factory of a user's agent program (algos.rollout.agent_programs)
     )
+    agent_cmd: str | None = None  # a harness command run in the sandbox (algos.rollout.agent_cmd)
+    agent_mount: str | None = None  # the harness's folder, /opt/harness in the sandbox
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> RolloutSpec:
@@ -230,6 +232,8 @@ class RolloutSpec:
             concurrency=cfg.concurrency,
             episode_timeout_s=cfg.episode_timeout_s,
             agent=getattr(cfg, "agent", None),
+            agent_cmd=getattr(cfg, "agent_cmd", None),
+            agent_mount=getattr(cfg, "agent_mount", None),
         )
 
 
@@ -260,6 +264,10 @@ def run_rollouts(
 
     if isinstance(engine, EpisodeRunner):
         return engine.run_episodes(task_ids, n_per_task, seed, progress)
+    if spec.agent_cmd:
+        from algos.rollout.agent_cmd import run_cmd_rollouts
+
+        return run_cmd_rollouts(spec, engine, task_ids, n_per_task, seed, progress)
     if spec.agent:
         from algos.rollout.agent_programs import run_agent_rollouts
 
