@@ -67,7 +67,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = self.headers.get("content-length")
         body = b""
         if path not in allowed:
-            status, out = _error(404, f"{self.command} {path[:80]!r} is not served here", "not_found")
+            status, out = _error(
+                404, f"{self.command} {path[:80]!r} is not served here", "not_found"
+            )
         elif self.headers.get("transfer-encoding"):
             status, out = _error(411, "send the body with a Content-Length", "length_required")
         elif length is not None and (not length.isdigit() or int(length) > ep.max_body_bytes):
@@ -75,7 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif not ep.key_ok(self.headers.get("authorization", "")):
             # Read nothing of the body: a bad key learns nothing, and the connection closes.
             self.close_connection = True
-            status, out = _error(401, "this endpoint takes only its episode's API key", "invalid_api_key")
+            status, out = _error(
+                401, "this endpoint takes only its episode's API key", "invalid_api_key"
+            )
         else:
             body = self.rfile.read(int(length or 0))
             status, out = ep.forward(self.command, path, body, self.headers)
@@ -142,14 +146,23 @@ class SessionEndpoint:
             with self._lock:
                 if self.max_turns is not None and self.turns + self._in_flight >= self.max_turns:
                     self.limit_reached.set()
-                    self.refused["turn_limit_reached"] = self.refused.get("turn_limit_reached", 0) + 1
-                    return _error(403, f"the episode's turn limit ({self.max_turns}) is reached", "turn_limit_reached")
+                    self.refused["turn_limit_reached"] = (
+                        self.refused.get("turn_limit_reached", 0) + 1
+                    )
+                    return _error(
+                        403,
+                        f"the episode's turn limit ({self.max_turns}) is reached",
+                        "turn_limit_reached",
+                    )
                 self._in_flight += 1
         status = 502
         try:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
             try:
-                send = {"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"}
+                send = {
+                    "Authorization": f"Bearer {self.api_key}",
+                    "Content-Type": "application/json",
+                }
                 accept = headers.get("accept")
                 if accept:
                     send["Accept"] = accept
@@ -162,7 +175,9 @@ class SessionEndpoint:
                 conn.close()
         except (OSError, http.client.HTTPException) as e:
             self._types.value = "application/json"
-            return _error(502, f"the gateway did not answer: {type(e).__name__}", "gateway_unreachable")
+            return _error(
+                502, f"the gateway did not answer: {type(e).__name__}", "gateway_unreachable"
+            )
         finally:
             if turn:
                 with self._lock:

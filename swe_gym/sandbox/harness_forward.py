@@ -16,7 +16,7 @@ import sys
 import threading
 
 
-def _pipe(src, dst):  # type: ignore[no-untyped-def]
+def _pipe(src, dst):
     try:
         while True:
             data = src.recv(65536)
@@ -31,7 +31,7 @@ def _pipe(src, dst):  # type: ignore[no-untyped-def]
         pass
 
 
-def _serve(conn, path):  # type: ignore[no-untyped-def]
+def _serve(conn, path):
     up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         up.connect(path)
@@ -48,7 +48,7 @@ def _serve(conn, path):  # type: ignore[no-untyped-def]
     up.close()
 
 
-def main():  # type: ignore[no-untyped-def]
+def main():
     path, port_file = sys.argv[1], sys.argv[2]
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -61,7 +61,7 @@ def bundle_tools(dest: str | os.PathLike, names: list[str]) -> list[str]:
         wrapper.write_text(_WRAPPER.format(name=name))
         wrapper.chmod(0o755)
         made.append(str(wrapper))
-    for d, dirs, files in os.walk(root):  # readable by the sandbox's uid, whatever it is
+    for d, _dirs, files in os.walk(root):  # readable by the sandbox's uid, whatever it is
         os.chmod(d, 0o755)
         for f in files:
             p = os.path.join(d, f)

@@ -192,7 +192,9 @@ def test_the_harness_runs_inside_the_sandbox_with_only_its_endpoint(
         (traj,) = run_cmd_rollouts(spec, _gold_engine(tokenizer), [TASK.instance_id], 1, 0)
     finally:
         listener.close()
-    out = dict(line.split("=", 1) for line in traj.agent["cmd"]["stdout"].splitlines() if "=" in line)
+    out = dict(
+        line.split("=", 1) for line in traj.agent["cmd"]["stdout"].splitlines() if "=" in line
+    )
     assert out["cwd"] == "/testbed" and out["issue"] == "same" and out["task"] == TASK.instance_id
     assert out["wrong_key"] == "401" and out["no_key"] == "401", out
     assert out["sessions"] == "404" and out["models"] == "200", out
@@ -231,7 +233,7 @@ def test_timeout_and_turn_limit_kill_the_group_and_grade(backend, harness_dir, t
     hang = "bash /opt/harness/ask_once.sh; sleep 300 & sleep 301"
     loop = (
         'while curl -sf -o /dev/null -H "Authorization: Bearer $OPENAI_API_KEY" '
-        "-H 'Content-Type: application/json' -d \"{\\\"model\\\": \\\"$OPENAI_MODEL\\\", "
+        '-H \'Content-Type: application/json\' -d "{\\"model\\": \\"$OPENAI_MODEL\\", '
         '\\"messages\\": [{\\"role\\": \\"user\\", \\"content\\": \\"hi\\"}]}" '
         '"$OPENAI_BASE_URL/chat/completions"; do :; done; bash /opt/harness/ask_once.sh; sleep 300'
     )
