@@ -290,12 +290,14 @@ def test_config_checks_agent_cmd(tmp_path):
 
 
 @pytest.mark.slow
-def test_grpo_trains_one_iteration_with_agent_cmd(tmp_path: Path):
-    """GRPO end to end: the example harness in local sandboxes, a scripted rollout model
-    replying with the gold patch; the episodes are graded, trained on, saved and reported."""
+@pytest.mark.parametrize("staleness", ["0", "1"])
+def test_grpo_trains_one_iteration_with_agent_cmd(tmp_path: Path, staleness):
+    """GRPO end to end, synchronous and async collection: the example harness in local
+    sandboxes, a scripted rollout model replying with the gold patch; the episodes are graded,
+    trained on, saved and reported."""
     from algos import grpo
     from algos.loop.metrics import read_metrics
-    from algos.report import load_run
+    from algos.report import load_run, write_report
     from tests.algos.test_grpo import COMMON
 
     replies = tmp_path / "replies.json"
@@ -303,8 +305,8 @@ def test_grpo_trains_one_iteration_with_agent_cmd(tmp_path: Path):
     run = tmp_path / "run"
     args = [
         *COMMON,
-        *("--env", "SWEStarter-v0", "--tasks", TASK.instance_id),
-        *("--rollout-model", f"scripted:{replies}", "--max-new-tokens", "512"),
+        *("--env", "SWEStarter-v0", "--tasks", TASK.instance_id, "--max-staleness", staleness),
+        *("--rollout-model", f"scripted:{replies}", "--max-new-tokens", "2048"),
         *("--max-context-tokens", "16384", "--run-dir", str(run)),
         *("--agent-cmd", "bash /opt/harness/ask_once.sh", "--agent-mount", str(ASK_ONCE.parent)),
     ]
@@ -313,3 +315,24 @@ def test_grpo_trains_one_iteration_with_agent_cmd(tmp_path: Path):
     assert row["episodes"] == 2 and row["resolved_rate"] == 1.0 and row["turns_mean"] == 1.0
     (it,) = load_run(run)["iterations"]
     assert all(t.agent["cmd"]["end"] == "exited" for t in it["episodes"])
+    assert "agent command bash /opt/harness/ask_once.sh: exited" in write_report(run).read_text()
+
+
+@pytest.mark.slow
+def test_rft_rolls_out_with_agent_cmd(tmp_path: Path):
+    from agents.trajectory import Trajectory
+    from algos import rft
+
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["```diff\n" + TASK.patch + "```"]))
+    run = tmp_path / "run"
+    args = [
+        *("--rollout-model", f"scripted:{replies}", "--tasks", TASK.instance_id),
+        *("--runs-per-task", "1", "--policy", "tiny-random", "--epochs", "1"),
+        *("--batch-size", "1", "--progress", "false", "--run-dir", str(run)),
+        *("--max-new-tokens", "2048", "--max-context-tokens", "16384"),
+        *("--agent-cmd", "bash /opt/harness/ask_once.sh", "--agent-mount", str(ASK_ONCE.parent)),
+    ]
+    assert rft.main(args) == 0
+    (kept,) = Trajectory.load_jsonl(run / "rft_data.jsonl")
+    assert kept.resolved and kept.token_exact and kept.agent["cmd"]["end"] == "exited"
