@@ -61,6 +61,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._handle(("/v1/chat/completions",))
 
+    def do_DELETE(self) -> None:  # noqa: N802 - nothing is deleted here (no sessions API)
+        self._handle(())
+
+    do_PUT = do_PATCH = do_OPTIONS = do_DELETE
+
     def _handle(self, allowed: tuple[str, ...]) -> None:
         ep = self.server.endpoint
         path = urlsplit(self.path).path
