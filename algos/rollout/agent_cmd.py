@@ -161,7 +161,10 @@ def _cmd_episode(
         if result.end in _ERROR_ENDS:
             _end(traj, result.end, f"{_ERROR_ENDS[result.end]}: {result.status}")
         elif result.end == "exited" and result.exit_code == 127 and not turns:
-            first = shlex.split(spec.agent_cmd)[0] if spec.agent_cmd.strip() else ""
+            try:
+                first = shlex.split(spec.agent_cmd)[0]
+            except (ValueError, IndexError):  # unbalanced quotes: bash said what it could
+                first = spec.agent_cmd.split()[0]
             _end(
                 traj,
                 "not_found",
