@@ -156,6 +156,17 @@ def render_episode(traj: Any, meta: dict[str, Any]) -> str:
         )
     if traj.error:
         parts.append(f'<p class="bad">error:</p><pre>{esc(_clip(traj.error))}</pre>')
+    cmd = (getattr(traj, "agent", None) or {}).get("cmd")
+    if isinstance(cmd, dict):  # --agent-cmd: how the harness process ended, what it printed
+        head = (
+            f"agent command {esc(cmd.get('command'))}: {esc(cmd.get('end'))}, exit code "
+            f"{esc(cmd.get('exit_code'))}, {esc(_fmt(float(cmd.get('wall_s') or 0)))} s"
+        )
+        logs = "".join(
+            f"<div>{name}</div><pre>{esc(_clip(str(cmd.get(name) or '')))}</pre>"
+            for name in ("stdout", "stderr")
+        )
+        parts.append(f'<details class="cmd"><summary>{head}</summary>{logs}</details>')
     if traj.prompt:
         parts.append(
             f"<details><summary>prompt</summary><pre>{esc(_clip(traj.prompt))}</pre></details>"

@@ -20,6 +20,12 @@ instead measures the fraction of recorded turns trained for mini-swe-agent
 (examples/mini_swe_agent.py) + SmolLM2 on a starter task: each format error of the harness
 rewrites the history and starts a segment; before, training kept the first segment only, now
 every segment. Merged into the same JSON under ``mini_swe_agent_smollm2``.
+
+    python benchmarks/bench_gateway.py --agent-cmd 8 [--backend local|docker] [--turns 10]
+
+measures ``--agent-cmd``'s route (benchmarks/bench_agent_cmd.py): the overhead per turn of a
+harness inside the sandbox against ``--agent module:factory``, and 8 harness episodes at once;
+merged under ``agent_cmd_<backend>``.
 """
 
 from __future__ import annotations
@@ -272,8 +278,29 @@ def main() -> None:
         help="measure the turns trained for mini-swe-agent + SmolLM2 instead",
     )
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--agent-cmd",
+        type=int,
+        default=0,
+        metavar="EPISODES",
+        help="measure --agent-cmd's route and EPISODES harnesses at once instead "
+        "(benchmarks/bench_agent_cmd.py)",
+    )
+    parser.add_argument("--backend", default="local", help="with --agent-cmd: local or docker")
     args = parser.parse_args()
     out = Path(__file__).parent / "results" / "bench_gateway.json"
+    if args.agent_cmd:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_agent_cmd import measure as measure_cmd
+        from bench_agent_cmd import print_table
+
+        cmd = measure_cmd(args.agent_cmd, args.turns, args.backend)
+        print_table(cmd)
+        result = json.loads(out.read_text()) if out.exists() else {}
+        out.parent.mkdir(exist_ok=True)
+        key = f"agent_cmd_{args.backend}"
+        out.write_text(json.dumps({**result, key: cmd}, indent=2) + "\n")
+        return
     if args.mini_swe_agent:
         turns = mini_swe_agent_turns_trained(args.mini_swe_agent, args.max_new_tokens)
         print(json.dumps(turns, indent=2))

@@ -6,6 +6,8 @@ below."""
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -73,3 +75,45 @@ def check_learner_settings(settings: Mapping[str, Any]) -> None:
         LearnerConfig(**settings)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"learner {dict(settings)}: {e}") from None
+
+
+def env_accepts(env_id: str, name: str) -> bool:
+    """Whether the env's constructor takes keyword ``name`` (e.g. max_turns)."""
+    import gymnasium
+
+    entry = gymnasium.spec(env_id).entry_point
+    if entry is None:
+        return False
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    try:
+        params = inspect.signature(entry).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def check_agent_cmd(cfg: Any) -> None:
+    """``ConfigError`` for an ``agent_cmd`` / ``agent_mount`` the run cannot use."""
+    if cfg.agent_mount is not None and cfg.agent_cmd is None:
+        raise ConfigError("agent_mount names the files of --agent-cmd's harness; set agent_cmd")
+    if cfg.agent_cmd is None:
+        return
+    if not cfg.agent_cmd.strip():
+        raise ConfigError("agent_cmd is empty; give the harness's command line")
+    if cfg.agent is not None:
+        raise ConfigError(
+            f"agent={cfg.agent!r} and agent_cmd={cfg.agent_cmd!r} both name the agent; keep one"
+        )
+    if cfg.rollout_backend != "threads":
+        raise ConfigError(
+            f"agent_cmd runs with rollout_backend=threads only; got {cfg.rollout_backend!r}"
+        )
+    if cfg.agent_mount is not None and not os.path.isdir(cfg.agent_mount):
+        raise ConfigError(f"agent_mount {cfg.agent_mount!r} is not a folder")
+    if not env_accepts(cfg.env, "sandbox_options"):
+        raise ConfigError(
+            f"agent_cmd runs its harness in the env's sandbox; env {cfg.env!r} has none "
+            "(use a multi-turn SWE env such as SWEStarter-v0)"
+        )

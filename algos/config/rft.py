@@ -84,11 +84,12 @@ class RFTConfig(RunConfig):
             raise unknown_choice("probe", self.probe, PROBES)
         if self.format_patience and not self.probe_contexts:
             raise ConfigError("format_patience stops on the format probe: set probe_contexts too")
-        if self.trajectories and self.agent:
-            raise ConfigError(
-                f"agent={self.agent!r} runs the rollouts, but trajectories="
-                f"{self.trajectories} replace them: pass one or the other"
-            )
+        for name in ("agent", "agent_cmd"):
+            if self.trajectories and getattr(self, name):
+                raise ConfigError(
+                    f"{name}={getattr(self, name)!r} runs the rollouts, but trajectories="
+                    f"{self.trajectories} replace them: pass one or the other"
+                )
 
     def learner_config(self, total_steps: int) -> LearnerConfig:
         warmup = min(self.warmup_steps, max(0, total_steps - 1))

@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from algos.config import ConfigError
-from algos.config.checks import check_learner_settings, check_policy, load_agent_factory
+from algos.config.checks import (
+    check_agent_cmd,
+    check_learner_settings,
+    check_policy,
+    load_agent_factory,
+)
 from swe_gym.errors import unknown_choice
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
@@ -53,6 +58,14 @@ class RunConfig:
     episode runs it against the env through an OpenAI-compatible gateway in front of the sampler
     (the policy's engine, or rollout_model), which records the token-exact trajectory the learner
     trains on (algos.rollout.agent_programs). None: the built-in ReAct agent."""
+    agent_cmd: str | None = None
+    """A harness to train, as a command line run by bash in each episode's sandbox (cwd
+    /testbed, no network): it reaches the policy at $OPENAI_BASE_URL with $OPENAI_API_KEY and
+    $OPENAI_MODEL, reads the issue from $SWE_GYM_ISSUE_FILE, and its exit submits the working
+    copy (algos.rollout.agent_cmd). Multi-turn SWE envs only."""
+    agent_mount: str | None = None
+    """A folder holding agent_cmd's harness (a script, a Python environment, tools), bound
+    read-only at /opt/harness in every sandbox, its bin/ first on PATH."""
     concurrency: int = 4
     """Episodes run at once."""
     max_turns: int = 40
@@ -188,6 +201,8 @@ class RunConfig:
                     f"rollout_backend={self.rollout_backend!r}"
                 )
             load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
+        if self.agent_cmd is not None or self.agent_mount is not None:
+            check_agent_cmd(self)
         for name in ("ray_workers", "max_sandbox_starts_per_node"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import logging
 import random
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
+from algos.config.checks import env_accepts
 from algos.config.run import RunConfig
 from algos.rollout.scoring import Counters, Scored, ScoringSpec, score_groups
 from swe_gym.errors import unknown_choice
@@ -60,23 +59,6 @@ def env_task_source(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium
 
     return env_kwargs.get("tasks", (gymnasium.spec(env_id).kwargs or {}).get("tasks"))
-
-
-def env_accepts(env_id: str, name: str) -> bool:
-    """Whether the env's constructor takes keyword ``name`` (e.g. max_turns)."""
-    import gymnasium
-
-    entry = gymnasium.spec(env_id).entry_point
-    if entry is None:
-        return False
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)
-    try:
-        params = inspect.signature(entry).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def filter_pool_by_solve_rate(pool: list[str], path: str | Path, high: float = 2 / 3) -> list[str]:
@@ -221,6 +203,8 @@ class RolloutSpec:
     agent: str | None = (
         None  # module:factory of a user's agent program (algos.rollout.agent_programs)
     )
+    agent_cmd: str | None = None  # a harness command run in the sandbox (algos.rollout.agent_cmd)
+    agent_mount: str | None = None  # the harness's folder, /opt/harness in the sandbox
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> RolloutSpec:
@@ -231,6 +215,8 @@ class RolloutSpec:
             concurrency=cfg.concurrency,
             episode_timeout_s=cfg.episode_timeout_s,
             agent=getattr(cfg, "agent", None),
+            agent_cmd=getattr(cfg, "agent_cmd", None),
+            agent_mount=getattr(cfg, "agent_mount", None),
         )
 
 
@@ -274,6 +260,10 @@ def run_rollouts(
 
     if isinstance(engine, EpisodeRunner):
         return engine.run_episodes(task_ids, n_per_task, seed, progress)
+    if spec.agent_cmd:
+        from algos.rollout.agent_cmd import run_cmd_rollouts
+
+        return run_cmd_rollouts(spec, engine, task_ids, n_per_task, seed, progress)
     if spec.agent:
         from algos.rollout.agent_programs import run_agent_rollouts
 

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from swe_gym.docker_daemon import get_client, host_of, is_connection_error, unavailable
@@ -104,6 +105,7 @@ class DockerSandbox(DockerFiles):
         max_patch_bytes: int = MAX_PATCH_BYTES,
         max_tree_bytes: int = MAX_TREE_BYTES,
         diff_timeout: float = DIFF_TIMEOUT,
+        binds: Sequence[tuple[str, str, bool]] = (),
     ):
         if pull_policy not in PULL_POLICIES:
             raise unknown_choice("pull_policy", pull_policy, PULL_POLICIES)
@@ -133,6 +135,9 @@ class DockerSandbox(DockerFiles):
         self.repos_dir = repos_dir if repos_dir is not None else task.extra.get("repos_dir")
         self.max_patch_bytes, self.max_tree_bytes = max_patch_bytes, max_tree_bytes
         self.diff_timeout = diff_timeout
+        # (host dir, container path, writable): an agent harness's files and its endpoint
+        # (swe_gym.sandbox.harness); the daemon must run on this host to bind them.
+        self.binds = [(str(h), str(i), bool(w)) for h, i, w in binds]
         self.run_id = run_id or DEFAULT_RUN_ID
         self.episode_id = uuid.uuid4().hex[:12]
         self.labels = {
@@ -212,6 +217,7 @@ class DockerSandbox(DockerFiles):
                     # A capped /tmp: writes past it fail with "No space left on device".
                     tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmp_size_mb}m,mode=1777"},
                     labels=labels,
+                    volumes={h: {"bind": i, "mode": "rw" if w else "ro"} for h, i, w in self.binds},
                 )
             except docker.errors.ImageNotFound as e:
                 raise SandboxUnavailable(f"image {image!r} not found on the daemon: {e}") from None

@@ -34,6 +34,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from swe_gym import taskenv
@@ -96,6 +97,8 @@ class LocalSandbox:
             bound: none of the host's site-packages or pytest plugins.
         allow_nearest_python: build with the nearest Python on the machine when the recipe's
             version is not there (else ``PythonNotFound`` naming it).
+        binds: ``(host dir, sandbox path, writable)`` bound into the shell's sandbox (not the
+            diff's): an agent harness's files and its endpoint (``swe_gym.sandbox.harness``).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class LocalSandbox:
         diff_timeout: float = DIFF_TIMEOUT,
         environment: str = "auto",
         allow_nearest_python: bool = False,
+        binds: Sequence[tuple[str, str, bool]] = (),
     ):
         for name, value in (
             ("memory_mb", memory_mb),
@@ -145,6 +149,7 @@ class LocalSandbox:
         self.environment, self.allow_nearest_python = environment, allow_nearest_python
         self.task_env: TaskEnv | None = None  # None: the host's interpreter
         self.env_seconds = 0.0  # time to find (or build) the task environment at start()
+        self.binds = [(str(h), str(i), bool(w)) for h, i, w in binds]
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -318,7 +323,7 @@ class LocalSandbox:
             workdir_host=str(self.host_workdir),
             readonly_worktree=diff,
             objects=[str(d) for d in self._pack.chain],
-            extra_binds=[(str(self.root / "diffgit"), _DIFF_GIT_DIR, True)] if diff else [],
+            extra_binds=[(str(self.root / "diffgit"), _DIFF_GIT_DIR, True)] if diff else self.binds,
             identity=self._identity_files() if root_mode else None,
             tmp_size_mb=self.tmp_size_mb,
             repos_dir=self.repos_dir,

@@ -230,3 +230,12 @@ def test_learner_fields_are_checked_once_at_config_time(cls):
         cls(agg_mode="sum-of-everything")
     with pytest.raises(ConfigError, match="kl_coef must be >= 0"):
         cls(kl_coef=-1.0)
+
+
+@pytest.mark.parametrize("field", ["agent", "agent_cmd"])
+def test_rft_refuses_an_agent_beside_saved_trajectories(tmp_path: Path, field):
+    saved = tmp_path / "t.jsonl"
+    saved.write_text("")
+    value = "examples.openai_agent:make_agent" if field == "agent" else "bash run.sh"
+    with pytest.raises(ConfigError, match=f"{field}=.*trajectories=.*pass one or the other"):
+        RFTConfig(trajectories=[str(saved)], **{field: value})
