@@ -65,13 +65,13 @@ class DistContext:
     dp_group: Any = None
     cp_group: Any = None
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    # read on every iteration's path: plain attributes, fixed with rank and world
+    is_main: bool = field(init=False)
+    distributed: bool = field(init=False)
 
-    @property
-    def distributed(self) -> bool:
-        return self.world > 1
+    def __post_init__(self) -> None:
+        self.is_main = self.rank == 0
+        self.distributed = self.world > 1
 
     def split_for_dp(self, items: Sequence[T]) -> list[T]:
         """This DP rank's share (round-robin, so sizes differ by at most one)."""

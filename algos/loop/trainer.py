@@ -51,7 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.trajectory import Trajectory
-from algos.config import ConfigError, to_dict
+from algos.config import ConfigError
 from algos.config.policy_gradient import PolicyGradientConfig
 from algos.learner.samples import Sample
 from algos.loop.metrics import (
@@ -70,7 +70,7 @@ from algos.loop.trainer_state import TrainerState
 from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
 from algos.rollout.collect import Collected, collect, run_rollouts
-from algos.rollout.scoring import Counters, EpisodesFailed, to_samples
+from algos.rollout.scoring import Counters, EpisodesFailed
 
 # What users import from here (the loop's public names live in the role modules)
 __all__ = ["DynamicSamplingExhausted", "Trainer", "run_cli"]
@@ -121,7 +121,7 @@ class Trainer(TrainerState):
     ) -> tuple[list[Sample], Collected]:
         """Phase 1 (rank 0 only under torchrun): the learner's samples and the groups."""
         cfg = self.cfg
-        got = self.collect_groups(counters, tick)
+        got = self.collect_groups(counters, tick)  # with samples when enough survived
         if len(got.kept) < self.needed:
             msg = (
                 f"iteration {self.iteration + 1}: only {len(got.kept)} of batch_size="
@@ -138,14 +138,7 @@ class Trainer(TrainerState):
             log.warning("%s; iteration skipped (on_exhausted=skip)", msg)
             self.skipped_iterations += 1
             got.kept = []
-        samples = to_samples(
-            got.kept,
-            counters,
-            max_tokens=cfg.max_context_tokens,
-            mask_invalid=cfg.mask_invalid,
-            overlong_filter=cfg.overlong_filter,
-        )
-        return samples, got
+        return got.samples, got
 
     def train_on(
         self, samples: list[Sample], guard: InterruptGuard
@@ -275,7 +268,7 @@ class Trainer(TrainerState):
             MetricsLogger(
                 self.run_dir,
                 cfg.log,
-                to_dict(cfg),
+                self.config_dict,
                 cfg.wandb_project,
                 resume_from=self.iteration if cfg.resume else None,
             )

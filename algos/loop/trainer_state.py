@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from agents.trajectory import Trajectory
-from algos.config import save_config
+from algos.config import save_config, to_dict
 from algos.config.policy_gradient import PolicyGradientConfig, resolve_old_logprobs
 from algos.distributed.fsdp import DistContext, full_state_dict, setup_distributed
 from algos.learner.learner import Learner
@@ -158,6 +158,7 @@ class TrainerState:
                 cfg.hack_policy, cfg.hack_action, cfg.hack_penalty, tasks
             ),
         )
+        self.config_dict = to_dict(cfg)  # what the metrics logger records of the run
         self.iteration = 0
         self.solve_counts: dict[str, list[int]] = {}
         self.totals = Counters()

@@ -165,7 +165,16 @@ class AsyncCollector:
             if len(kept) >= self.plan.needed or rounds >= self.plan.max_refill_rounds:
                 break
             rounds += 1
-        return Collected(kept, rounds, rewards, episodes), stale
+        collected = Collected.finish(
+            kept,
+            rounds,
+            rewards,
+            episodes,
+            needed=self.plan.needed,
+            scoring=scoring,
+            counters=counters,
+        )
+        return collected, stale
 
 
 def check_async(max_staleness: int, dist: Any, policy: Any) -> None:

@@ -14,7 +14,8 @@ from agents.trajectory import Trajectory
 from algos.config import ConfigError
 from algos.config.checks import env_accepts
 from algos.config.run import RunConfig
-from algos.rollout.scoring import Counters, Scored, ScoringSpec, score_groups
+from algos.learner.samples import Sample
+from algos.rollout.scoring import Counters, Scored, ScoringSpec, score_groups, to_samples
 from swe_gym.errors import unknown_choice
 
 if TYPE_CHECKING:
@@ -342,13 +343,41 @@ class CollectPlan:
 
 @dataclass
 class Collected:
-    """An iteration's groups: the filter's survivors, refill rounds, every reward scored and
-    every episode rolled out."""
+    """An iteration's groups: the filter's survivors, refill rounds, every reward scored, every
+    episode rolled out, and the learner's samples of the survivors (none when fewer than the
+    plan needs survived: the trainer then stops or skips the iteration)."""
 
     kept: list[Scored]
     rounds: int
     rewards: list[float]
     episodes: list[Trajectory]
+    samples: list[Sample] = field(default_factory=list)
+
+    @classmethod
+    def finish(
+        cls,
+        kept: list[Scored],
+        rounds: int,
+        rewards: list[float],
+        episodes: list[Trajectory],
+        *,
+        needed: int,
+        scoring: ScoringSpec,
+        counters: Counters,
+    ) -> Collected:
+        """The collection, with the survivors made samples once enough survived."""
+        samples = (
+            to_samples(
+                kept,
+                counters,
+                max_tokens=scoring.max_context_tokens,
+                mask_invalid=scoring.mask_invalid,
+                overlong_filter=scoring.overlong_filter,
+            )
+            if len(kept) >= needed
+            else []
+        )
+        return cls(kept, rounds, rewards, episodes, samples)
 
 
 def roll_out_groups(
@@ -419,4 +448,6 @@ def collect(
             break
         rounds += 1
         n_problems = plan.refill_problems or plan.problems_per_iteration
-    return Collected(kept, rounds, rewards, episodes)
+    return Collected.finish(
+        kept, rounds, rewards, episodes, needed=plan.needed, scoring=scoring, counters=counters
+    )

@@ -44,6 +44,8 @@ class ScoringSpec:
     max_context_tokens: int = 0
     mask_failed_groups: bool = False
     max_error_share: float = 0.5
+    mask_invalid: bool = False  # turns the env rejected masked out of the samples' loss
+    overlong_filter: bool = False  # episodes cut by a limit dropped from the samples
     hack_monitor: HackMonitor | None = None  # built by the trainer, which holds the tasks
 
     @classmethod
@@ -59,6 +61,8 @@ class ScoringSpec:
             max_context_tokens=cfg.max_context_tokens,
             mask_failed_groups=cfg.mask_failed_groups,
             max_error_share=cfg.max_error_share,
+            mask_invalid=cfg.mask_invalid,
+            overlong_filter=cfg.overlong_filter,
         )
 
 
