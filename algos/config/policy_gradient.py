@@ -32,9 +32,6 @@ class PolicyGradientConfig(RLConfig):
     """Tasks sampled per iteration (before refills)."""
     group_size: int = 16
     """Episodes per task (G); advantages are normalised within a group."""
-    batch_size: int = 512
-    """Trajectories per optimiser step; also the fewest samples an iteration needs after
-    filtering (GRPO: a multiple of group_size, whole groups per step)."""
     max_steps_per_iteration: int = 1
     """At most this many optimiser steps per iteration (kept samples // batch_size of them, at
     least one; the kept samples split evenly over them)."""
@@ -63,8 +60,6 @@ class PolicyGradientConfig(RLConfig):
     max_context_tokens. 0: off (Nebius keeps overlong episodes unpenalised)."""
     overlong_filter: bool = False
     """Drop episodes cut by a limit (max turns, context, completion length) from the loss."""
-    mask_invalid: bool = False
-    """Mask turns whose action the env rejected out of the loss (RFT does this)."""
     reward_fn: str | None = None
     """'module:function' computing the reward from a Trajectory (default: the env's reward)."""
     old_logprobs: str = "auto"
@@ -85,18 +80,8 @@ class PolicyGradientConfig(RLConfig):
     """k1, k2 or k3 (docs/methods.md#kl-estimators)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always logged)."""
-    lr: float = 1e-6
-    """AdamW learning rate (constant after warm-up)."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
-    warmup_steps: int = 0
-    """Linear warm-up steps."""
-    grad_clip: float = 1.0
-    """Max gradient norm."""
     solve_rates: str | None = None
     """A solve_rates.json from an earlier run: keep only tasks with 0 < rate < 2/3 (stage 2)."""
-    yarn_factor: float | None = None
-    """Extend the rope with YaRN by this factor (stage 2: 4)."""
     eps_low: float | None = None
     """Lower clip range: ratio >= 1 - eps_low. None: the algorithm's (DAPO 0.2; GRPO clip_eps,
     0.2), or the loss's own where it has one (gspo: 3e-4, for its sequence-level ratio)."""
@@ -110,13 +95,13 @@ class PolicyGradientConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         resolve_clip(self)
-        validate_rl_config(self)
         try:  # the learner's own fields are checked where they are declared, in LearnerConfig
             self.learner_config()
         except ConfigError:
             raise
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        validate_rl_config(self)
 
     def learner_config(self) -> LearnerConfig:
         """The learner this algorithm trains with: the clip range goes to every loss with a ratio."""
@@ -152,7 +137,6 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
         "iterations",
         "problems_per_iteration",
         "group_size",
-        "batch_size",
         "max_steps_per_iteration",
     ):
         if getattr(cfg, name) < 1:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from algos.config import ConfigError
-from algos.config.run import EPISODE_SAMPLING, RunConfig
+from algos.config.run import RunConfig
 from algos.learner.learner_config import LearnerConfig
 from swe_gym.errors import unknown_choice
 
@@ -30,17 +30,8 @@ class RFTConfig(RunConfig):
     """Trajectories per optimiser step."""
     lr: float = 5e-6
     """Peak AdamW learning rate."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
     warmup_steps: int = 10
     """Linear warm-up steps, then cosine to 0."""
-    grad_clip: float = 1.0
-    """Max gradient norm."""
-    yarn_factor: float | None = None
-    """Extend the rope with YaRN by this factor."""
-    save_episodes: int | None = 64
-    """Rolled-out episodes written to RUN_DIR/episodes/iter-000001.jsonl (as the RL loop saves an
-    iteration's; python -m algos.report RUN_DIR shows them); 0 saves none, none saves all."""
     probe_contexts: int = 0
     """Turn contexts of the kept trajectories the format probe samples a reply for, before the
     first epoch and after each (format_valid in the metrics); 0: no probe."""
@@ -51,30 +42,16 @@ class RFTConfig(RunConfig):
     format_patience: int = 0
     """Stop after this many epochs in a row without a rise of format_valid (epochs is then a
     maximum; needs probe_contexts); 0: run every epoch."""
-    save_episodes_sampling: str = "groups"
-    """Which episodes are saved when there are more than save_episodes: groups (whole tasks at
-    random) or random (episodes at random)."""
-    tree_packing: bool = True
-    """Shared-prefix packing in the learner: a task's runs in one batch share its prompt (found
-    from the token ids), computed once, each run's continuation attending to it (algos.learner.tree);
-    same loss and gradients as plain packing. The metrics rows show tokens_computed against
-    tokens_plain."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("runs_per_task", "epochs", "batch_size"):
+        for name in ("runs_per_task", "epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps must be >= 0; got {self.warmup_steps}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0; got {self.lr}")
-        if self.save_episodes is not None and self.save_episodes < 0:
-            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
-        if self.save_episodes_sampling not in EPISODE_SAMPLING:
-            raise unknown_choice(
-                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
-            )
+        try:  # lr, warmup_steps and the learner mapping: LearnerConfig's checks, run now
+            self.learner_config(total_steps=max(self.warmup_steps, 0) + 1)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         for path in self.trajectories or []:
             if not Path(path).is_file():
                 raise ConfigError(f"trajectory file {path!r} does not exist")

@@ -92,6 +92,32 @@ class RunConfig:
     algos/learner/learner_config.py). Fixed by the algorithm: schedule (RL constant, RFT cosine),
     total_steps (derived), loss_kwargs (the clip range), log_entropy (on); RFT's loss choices
     (sft, token-mean, no KL, entropy term or correction)."""
+    batch_size: int = 512
+    """Trajectories per optimiser step (RL: also the fewest samples an iteration needs after
+    filtering; GRPO: a multiple of group_size, whole groups per step)."""
+    lr: float = 1e-6
+    """Peak AdamW learning rate (RL: constant after warm-up; RFT: cosine to 0)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    grad_clip: float = 1.0
+    """Max gradient norm."""
+    mask_invalid: bool = False
+    """Mask turns whose action the env rejected (format errors) out of the loss."""
+    yarn_factor: float | None = None
+    """Extend the rope with YaRN by this factor (DAPO stage 2: 4)."""
+    tree_packing: bool = True
+    """Shared-prefix packing in the learner: a group's common prompt (found from the token ids)
+    computed once, each episode's continuation attending to it (algos.learner.tree); same loss
+    and gradients as plain packing. The metrics rows show tokens_computed against tokens_plain."""
+    save_episodes: int | None = 64
+    """Episodes written to RUN_DIR/episodes/ per iteration (token-exact Trajectory JSONL; RFT's
+    rollouts are iteration 1; python -m algos.report RUN_DIR shows them); 0 saves none, none
+    saves all."""
+    save_episodes_sampling: str = "groups"
+    """Which episodes are saved when there are more than save_episodes: groups (whole groups at
+    random, so a task's episodes stay together) or random (episodes at random)."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward micro-batch."""
     bf16: bool = False
@@ -177,6 +203,14 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
         if self.cp < 1:
             raise ConfigError(f"cp must be >= 1; got {self.cp}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1; got {self.batch_size}")
+        if self.save_episodes is not None and self.save_episodes < 0:
+            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
+        if self.save_episodes_sampling not in EPISODE_SAMPLING:
+            raise unknown_choice(
+                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
+            )
         check_policy(self.hack_policy, self.hack_action)
         check_learner_settings(self.learner)
         if not 0 <= self.hackable_weight <= 1:
@@ -235,16 +269,6 @@ class RLConfig(RunConfig):
     With old_logprobs=auto the learner's log-probs are recomputed before the first step."""
     is_cap: float = 2.0
     """C, the importance-weight cap of off_policy_correction."""
-    save_episodes: int | None = 64
-    """Episodes per iteration written to RUN_DIR/episodes/ (token-exact Trajectory JSONL, read by
-    python -m algos.report); 0 saves none, none saves all."""
-    save_episodes_sampling: str = "groups"
-    """Which episodes are saved when an iteration has more than save_episodes: groups (whole
-    groups at random, so a task's episodes stay together) or random (episodes at random)."""
-    tree_packing: bool = True
-    """Shared-prefix packing in the learner: a group's common prompt (found from the token
-    ids) computed once, each episode's continuation attending to it (algos.learner.tree); same loss and
-    gradients as plain packing. The metrics row shows tokens_computed against tokens_plain."""
     val_runs: int = 0
     """Validation (algos.loop.validation): episodes per task on val_tasks, before training, after the
     last iteration and every val_every iterations, with the same episode seeds each time; pass@1
@@ -262,20 +286,14 @@ class RLConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from algos.objectives import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS
+        from algos.objectives import ADVANTAGE_ESTIMATORS
 
+        # off_policy_correction and is_cap are the learner's: LearnerConfig checks them, built
+        # when PolicyGradientConfig is
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
             raise unknown_choice(
                 "advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS
             )
-        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
-            raise unknown_choice(
-                "off_policy_correction", self.off_policy_correction, OFF_POLICY_CORRECTIONS
-            )
-        if self.is_cap <= 0:
-            raise ConfigError(f"is_cap must be > 0; got {self.is_cap}")
-        if self.save_episodes is not None and self.save_episodes < 0:
-            raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         for name in ("val_runs", "val_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
@@ -283,8 +301,4 @@ class RLConfig(RunConfig):
             raise ConfigError(
                 f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
                 f"most K policy versions old); got {self.max_staleness}"
-            )
-        if self.save_episodes_sampling not in EPISODE_SAMPLING:
-            raise unknown_choice(
-                "save_episodes_sampling", self.save_episodes_sampling, EPISODE_SAMPLING
             )
