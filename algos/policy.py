@@ -102,7 +102,15 @@ def load_policy_model(
                 f"policy {spec!r} is not 'smollm2', 'tiny-random' or a Hugging Face model folder "
                 f"(no {path}/config.json)"
             )
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the run's terminal shows its own bar and table
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     if yarn_factor:
         from algos.distributed.long_context import apply_yarn
 

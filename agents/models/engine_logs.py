@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,31 @@ def route_engine_logs(log_file: str | Path, verbose: bool = False) -> None:
         logger.addHandler(handler)
     logger.setLevel(_level())
     logger.propagate = False
+    if not verbose:  # vLLM's own deprecation notices about its dependencies, at import
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"vllm(\.|$)")
+
+
+@contextmanager
+def engine_stderr(log_file: str | Path | None, verbose: bool = False) -> Iterator[None]:
+    """While an engine starts, what native code writes to standard error (torch's C++ warnings,
+    e.g. the CPU backend's NUMA binding notice) goes to ``log_file`` too, unless ``verbose``.
+    File descriptor 2 itself is redirected: those lines never pass through Python."""
+    if log_file is None or verbose:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_file, "ab") as fh:
+            os.dup2(fh.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 @contextmanager

@@ -47,7 +47,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from agents.models.engine_logs import engine_logging_kwargs, route_engine_logs
+from agents.models.engine_logs import engine_logging_kwargs, engine_stderr, route_engine_logs
 from agents.models.transformers import check_prompt, decode_text, load_safetensors
 from agents.protocols import Conversation, Generation, SamplingParams
 
@@ -150,7 +150,10 @@ class VLLMModel:
         self.path = str(path)
         self.name = name or Path(self.path).name
         started = time.monotonic()
-        with engine_logging_kwargs(log_file, verbose) as logging_kwargs:
+        with (
+            engine_logging_kwargs(log_file, verbose) as logging_kwargs,
+            engine_stderr(log_file, verbose),
+        ):
             self.llm = LLM(
                 model=self.path,
                 tensor_parallel_size=tensor_parallel_size,

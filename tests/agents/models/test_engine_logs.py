@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import warnings
 
 import pytest
 
 from agents.models.engine_logs import (
     ENGINE_LOG,
     engine_logging_kwargs,
+    engine_stderr,
     logging_dict,
     route_engine_logs,
 )
@@ -115,3 +118,30 @@ def test_vllm_applies_the_routing_when_an_engine_starts(tmp_path, capsys, vllm_l
     assert PUSH_WARNING in log_file.read_text()
     captured = capsys.readouterr()
     assert (PUSH_WARNING in captured.out) is verbose and PUSH_WARNING not in captured.err
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_native_stderr_of_an_engine_start_goes_to_the_log(tmp_path, capfd, verbose):
+    # torch's C++ warnings (the CPU backend's NUMA notice) are written to fd 2, not through Python
+    log_file = tmp_path / ENGINE_LOG
+    with engine_stderr(log_file, verbose):
+        os.write(2, b"[W utils.cpp:68] Warning: NUMA binding\n")
+    os.write(2, b"after the start\n")  # the terminal is back
+    err = capfd.readouterr().err
+    assert "after the start" in err
+    if verbose:
+        assert "NUMA binding" in err and not log_file.exists()
+    else:
+        assert "NUMA binding" not in err and "NUMA binding" in log_file.read_text()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_vllm_deprecation_notices_stay_off_the_terminal_unless_verbose(tmp_path, verbose):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        route_engine_logs(tmp_path / ENGINE_LOG, verbose)
+        for module in ("vllm.triton_utils.dispatcher", "mypackage.vllm_helpers"):
+            warnings.warn_explicit("reduce_op is deprecated", FutureWarning, "x.py", 1, module)
+    modules = [str(w.message) for w in seen]
+    # a user's own module is never silenced; vLLM's notices only without verbose
+    assert len(modules) == (2 if verbose else 1)
