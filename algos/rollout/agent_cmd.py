@@ -35,14 +35,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from agents.gateway import Gateway, key_session_id
 from agents.gateway.unix_endpoint import SessionEndpoint
 from agents.trajectory import Trajectory
 from algos.config import ConfigError
-from algos.rollout.agent_programs import _engine_view, _Limits, _RunSampling, _wrap_env
+from algos.rollout.agent_programs import (
+    _engine_view,
+    _RunSampling,
+    _wrap_env,
+    run_through_gateway,
+    take_session,
+)
 
 DEFAULT_TIMEOUT_S = 1800.0  # a harness that never exits must not hold the trainer forever
 _ERROR_ENDS = {
@@ -168,19 +173,9 @@ def _cmd_episode(
             except Exception as e:  # noqa: BLE001
                 traj.error = (traj.error or "") + f"\nenv.close() failed: {type(e).__name__}: {e}"
         shutil.rmtree(run_dir, ignore_errors=True)
-    if sid in sampling.overflowed and traj.finish_reason == "error":
-        traj.finish_reason = "context_overflow"
-    recorded = gateway.pop_session(sid)
-    traj.turns = recorded.turns
-    traj.token_exact = bool(traj.turns)
-    traj.model = recorded.model
+    recorded = take_session(traj, gateway, sampling, sid)
     if recorded.system_prompt or recorded.prompt:  # what the model saw, not the env's prompt
         traj.system_prompt, traj.prompt = recorded.system_prompt, recorded.prompt
-    traj.sampling = {
-        "temperature": sampling.cfg.temperature,
-        "top_p": 1.0,
-        "max_new_tokens": sampling.cfg.max_new_tokens,
-    }
     traj.agent = {**recorded.agent, "cmd": traj.agent["cmd"], "program": spec.agent_cmd}
     traj.wall_s = time.perf_counter() - started
     return traj
@@ -202,23 +197,9 @@ def run_cmd_rollouts(
     ``agent_kwargs`` holding ``params``, ``max_turns`` and ``max_context_tokens``)."""
     import swe_gym  # noqa: F401 - registers the env ids
 
-    params = spec.agent_kwargs["params"]
-    limits = _Limits(
-        params.temperature, params.max_new_tokens, spec.agent_kwargs["max_context_tokens"]
+    def episode(gateway: Gateway, sampling: _RunSampling, tid: str, s: int) -> Trajectory:
+        return _cmd_episode(gateway, sampling, spec, tid, s)
+
+    return run_through_gateway(
+        spec, engine, task_ids, n_per_task, seed, progress, episode, "agent-cmd"
     )
-    sampling = _RunSampling(engine, limits)
-    jobs = [(tid, seed + j) for tid in task_ids for j in range(n_per_task)]
-    results: list[Trajectory | None] = [None] * len(jobs)
-    with (
-        Gateway(sampling, default_max_tokens=limits.max_new_tokens) as gateway,
-        ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix="agent-cmd") as pool,
-    ):
-        futures = {
-            pool.submit(_cmd_episode, gateway, sampling, spec, tid, s): i
-            for i, (tid, s) in enumerate(jobs)
-        }
-        for future in as_completed(futures):
-            traj = results[futures[future]] = future.result()
-            if progress:
-                progress(traj)
-    return [t for t in results if t is not None]

@@ -186,6 +186,15 @@ def _episode(
                 env.close()
             except Exception as e:  # noqa: BLE001
                 traj.error = (traj.error or "") + f"\nenv.close() failed: {type(e).__name__}: {e}"
+    recorded = take_session(traj, gateway, sampling, sid)
+    traj.agent = {**recorded.agent, "program": spec.agent}
+    traj.wall_s = time.perf_counter() - started
+    return traj
+
+
+def take_session(traj: Trajectory, gateway: Gateway, sampling: _RunSampling, sid: str) -> Any:
+    """The episode's gateway session into ``traj`` (its turns, model and the run's sampling; an
+    error of a prompt past the context is ``context_overflow``); returns the session's record."""
     if sid in sampling.overflowed and traj.finish_reason == "error":
         traj.finish_reason = "context_overflow"
     recorded = gateway.pop_session(sid)
@@ -197,9 +206,45 @@ def _episode(
         "top_p": 1.0,
         "max_new_tokens": sampling.cfg.max_new_tokens,
     }
-    traj.agent = {**recorded.agent, "program": spec.agent}
-    traj.wall_s = time.perf_counter() - started
-    return traj
+    return recorded
+
+
+# one episode through the gateway: (gateway, sampling, task id, episode seed) -> its trajectory
+GatewayEpisode = Callable[[Gateway, "_RunSampling", str, int], Trajectory]
+
+
+def run_through_gateway(
+    spec: Any,
+    engine: Model,
+    task_ids: Sequence[str],
+    n_per_task: int,
+    seed: int,
+    progress: Callable[[Trajectory], None] | None,
+    episode: GatewayEpisode,
+    thread_name: str,
+) -> list[Trajectory]:
+    """``n_per_task`` episodes per task (task-major order, episode ``j`` seeded ``seed + j``),
+    ``spec.concurrency`` at once, each run by ``episode`` against one gateway in front of
+    ``engine`` under the run's sampling limits (``spec.agent_kwargs``)."""
+    params = spec.agent_kwargs["params"]
+    limits = _Limits(
+        params.temperature, params.max_new_tokens, spec.agent_kwargs["max_context_tokens"]
+    )
+    sampling = _RunSampling(engine, limits)
+    jobs = [(tid, seed + j) for tid in task_ids for j in range(n_per_task)]
+    results: list[Trajectory | None] = [None] * len(jobs)
+    with (
+        Gateway(sampling, default_max_tokens=limits.max_new_tokens) as gateway,
+        ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=thread_name) as pool,
+    ):
+        futures = {
+            pool.submit(episode, gateway, sampling, tid, s): i for i, (tid, s) in enumerate(jobs)
+        }
+        for future in as_completed(futures):
+            traj = results[futures[future]] = future.result()
+            if progress:
+                progress(traj)
+    return [t for t in results if t is not None]
 
 
 def run_agent_rollouts(
@@ -222,34 +267,11 @@ def run_agent_rollouts(
     import swe_gym  # noqa: F401 - registers the env ids
 
     factory = load_agent_factory(spec.agent)
-    params = spec.agent_kwargs["params"]
-    limits = _Limits(
-        params.temperature, params.max_new_tokens, spec.agent_kwargs["max_context_tokens"]
+
+    def episode(gateway: Gateway, sampling: _RunSampling, tid: str, s: int) -> Trajectory:
+        make_env = lambda: gymnasium.make(spec.env, **spec.env_kwargs)  # noqa: E731
+        return _episode(gateway, sampling, factory, make_env, tid, s, spec)
+
+    return run_through_gateway(
+        spec, engine, task_ids, n_per_task, seed, progress, episode, "agent-episode"
     )
-    sampling = _RunSampling(engine, limits)
-    jobs = [(tid, seed + j) for tid in task_ids for j in range(n_per_task)]
-    results: list[Trajectory | None] = [None] * len(jobs)
-    with (
-        Gateway(sampling, default_max_tokens=limits.max_new_tokens) as gateway,
-        ThreadPoolExecutor(
-            max_workers=spec.concurrency, thread_name_prefix="agent-episode"
-        ) as pool,
-    ):
-        futures = {
-            pool.submit(
-                _episode,
-                gateway,
-                sampling,
-                factory,
-                lambda: gymnasium.make(spec.env, **spec.env_kwargs),
-                tid,
-                s,
-                spec,
-            ): i
-            for i, (tid, s) in enumerate(jobs)
-        }
-        for future in as_completed(futures):
-            traj = results[futures[future]] = future.result()
-            if progress:
-                progress(traj)
-    return [t for t in results if t is not None]
