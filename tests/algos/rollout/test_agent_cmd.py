@@ -107,7 +107,8 @@ def no_leaks(backend):
     while (_children() - before_children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not (_children() - before_children), "sandbox processes left behind"
-    assert _harness_dirs() == before_dirs, "harness run folders left behind"
+    # New ones only: other runs on the machine share the temp dir.
+    assert not (_harness_dirs() - before_dirs), "harness run folders left behind"
     if backend == "docker":
         from swe_gym import reap
 
