@@ -79,3 +79,28 @@ def make_sb(backend, task, request):
     yield factory
     for sb in made:
         sb.close()
+
+
+@pytest.fixture(scope="module")
+def make_patch(task, tmp_path_factory, request):
+    """``make_patch({path: text | None | ("link", target) | ("append", text) | fix})`` -> a git
+    diff from the base commit of the module's ``task`` (``tests/security/patching.py``)."""
+    from tests.security.patching import patch_maker
+
+    return patch_maker(task, tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
+
+
+@pytest.fixture
+def grade(backend, request):
+    """``grade(task, patch)``: ``grade_patch`` on this test's backend (Docker: this run's
+    containers, reaped at the end of the session)."""
+    from swe_gym.grading import grade_patch
+
+    opts = {}
+    if backend == "docker":
+        opts = {"client": request.getfixturevalue("docker_client"), "run_id": RUN_ID}
+
+    def run(task, patch: str):
+        return grade_patch(task, patch, backend=backend, sandbox_options=opts, timeout=300)
+
+    return run

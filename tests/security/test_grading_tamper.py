@@ -16,7 +16,6 @@ import pytest
 
 from swe_gym.grading import grade_patch
 from swe_gym.repos import local_repo
-from tests.security.patching import patch_maker
 
 RUN_ID = f"pytest-grading-tamper-{uuid.uuid4().hex[:8]}"  # each grading closes its container
 # A conftest (or plugin) that reports every test as passed.
@@ -37,13 +36,6 @@ def fast_task(task):
     cfg = dict(task.install_config or {})
     cfg["env_vars"] = {**(cfg.get("env_vars") or {}), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     return dataclasses.replace(task, install_config=cfg)
-
-
-@pytest.fixture(scope="module")
-def make_patch(task, tmp_path_factory):
-    """``make_patch({path: text | None | ("link", target)})`` -> a git diff from the
-    task's base commit (None deletes; ``("link", target)`` makes a symlink)."""
-    return patch_maker(task, tmp_path_factory.mktemp("tamper"))
 
 
 def _task_and_options(task, fast_task, backend, request) -> tuple:

@@ -18,7 +18,6 @@ import dataclasses
 import os
 import shutil
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,6 @@ import pytest
 from swe_gym.grading import grade_patch
 from swe_gym.tasks import normalise_row
 from tests.conftest import diff_of, git
-from tests.security.patching import patch_maker
 from tests.security.payloads import (
     CODE,
     CTYPES_AFTER_LIBRARY,
@@ -43,29 +41,10 @@ from tests.security.payloads import (
     tinystats_task,
 )
 
-RUN_ID = f"pytest-guard-honest-{uuid.uuid4().hex[:8]}"
-
 
 @pytest.fixture(scope="module")
 def task():
     return tinystats_task()
-
-
-@pytest.fixture(scope="module")
-def make_patch(task, tmp_path_factory):
-    return patch_maker(task, tmp_path_factory.mktemp("honest"))
-
-
-@pytest.fixture
-def grade(backend, request):
-    opts = {}
-    if backend == "docker":
-        opts = {"client": request.getfixturevalue("docker_client"), "run_id": RUN_ID}
-
-    def run(task, patch: str):
-        return grade_patch(task, patch, backend=backend, sandbox_options=opts, timeout=300)
-
-    return run
 
 
 def _resolved(report) -> None:  # noqa: ANN001

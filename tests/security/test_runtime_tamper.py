@@ -12,12 +12,10 @@ test that walks ``gc`` itself) must still resolve.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 
 import pytest
 
 from swe_gym.grading import grade_patch
-from tests.security.patching import patch_maker
 from tests.security.payloads import (
     APPROX,
     APPROX_CLASS,
@@ -60,29 +58,10 @@ from tests.security.payloads import (
     tinystats_task,
 )
 
-RUN_ID = f"pytest-runtime-tamper-{uuid.uuid4().hex[:8]}"
-
 
 @pytest.fixture(scope="module")
 def task():
     return tinystats_task()
-
-
-@pytest.fixture(scope="module")
-def make_patch(task, tmp_path_factory):
-    return patch_maker(task, tmp_path_factory.mktemp("runtime"))
-
-
-@pytest.fixture
-def grade(backend, request):
-    opts = {}
-    if backend == "docker":
-        opts = {"client": request.getfixturevalue("docker_client"), "run_id": RUN_ID}
-
-    def run(task, patch: str):
-        return grade_patch(task, patch, backend=backend, sandbox_options=opts, timeout=300)
-
-    return run
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import uuid
 import pytest
 
 from swe_gym.grading import grade_patch
-from tests.security.patching import patch_maker
 from tests.security.payloads import CODE, FLIP_REPORTS, INIT, fix, refused, tinystats_task
 
 RUN_ID = f"pytest-verdict-forgery-{uuid.uuid4().hex[:8]}"
@@ -108,12 +107,6 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="module")
 def task():
     return tinystats_task()
-
-
-@pytest.fixture(scope="module")
-def make_patch(task, tmp_path_factory):
-    """``make_patch({path: text | ("append", text) | fix})`` -> a diff from the base."""
-    return patch_maker(task, tmp_path_factory.mktemp("forgery"))
 
 
 @pytest.fixture
