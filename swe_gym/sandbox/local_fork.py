@@ -89,7 +89,9 @@ def _copy_tree(src: Path, dst: Path) -> None:
     try:
         res = subprocess.run(argv, capture_output=True, timeout=_COPY_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise SandboxError(f"copying the working copy to fork took over {_COPY_TIMEOUT:g} s") from None
+        raise SandboxError(
+            f"copying the working copy to fork took over {_COPY_TIMEOUT:g} s"
+        ) from None
     if res.returncode != 0:
         err = res.stderr.decode("utf-8", "replace").strip()[-2000:]
         raise SandboxError(f"could not copy the working copy to fork: {err}")
