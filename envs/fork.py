@@ -5,9 +5,11 @@ the sandbox (``swe_gym.sandbox.fork``: the working tree, the shell's cwd, export
 with the same turn count, footer state (cwd, open file), last observation and editor undo
 history, and an independent copy of the random generator. The parent goes on unchanged; each
 env (parent and children) steps, submits, is graded and is closed on its own: closing the
-parent does not close its children. Each child's ``info`` carries ``episode_id``,
-``parent_episode_id`` (the env it was forked from) and ``branch_turn`` (the parent's turn when
-it was forked); a root episode has None for the last two.
+parent does not close its children. Each child's ``info`` carries ``parent_episode_id`` (the
+``episode_id`` of the env it was forked from) and ``branch_turn`` (the parent's turn when
+it was forked); a root episode has None for both. Each env's own id is ``env.episode_id``
+(new at every ``reset`` and for every child; kept out of ``info`` so that a seeded episode's
+infos stay deterministic).
 
 ``fork_env(env, n)`` forks through wrappers: the innermost env forks, and each wrapper is
 deep-copied around each child (its own state: ``TimeLimit``'s step count, ``OrderEnforcing``'s

@@ -373,8 +373,7 @@ class SWEEnv(gym.Env[str, str]):
             "tool": tool,
             "patch": "",
             "end_reason": None,
-            "episode_id": self.episode_id,
-            "parent_episode_id": self.parent_episode_id,
+            "parent_episode_id": self.parent_episode_id,  # a fork's; own id: self.episode_id
             "branch_turn": self.branch_turn,
         }
 

@@ -39,7 +39,7 @@ from swe_gym.reap import (
     OWNER,
 )
 from swe_gym.sandbox.docker import DockerSandbox, _start_slots
-from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, replay_into
+from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, each, replay_into
 
 FORK_METHODS = ("commit", "archive")
 DEFAULT_FORK_METHOD = os.environ.get("SWE_GYM_DOCKER_FORK", "commit")
@@ -94,9 +94,12 @@ def fork_docker(parent: DockerSandbox, n: int, method: str | None = None) -> lis
                     _read_tree(parent, tar)
                 children = [_child(parent, None) for _ in range(n)]
                 _start_all(children, parent.image or "", tar)
-        for child in children:
+
+        def shell(child: ForkedDockerSandbox) -> None:
             child._open_session()
-        replay_into(children, state)
+            replay_into([child], state)
+
+        each(shell, children)
     except BaseException:
         for child in children:
             with contextlib.suppress(Exception):
@@ -164,12 +167,15 @@ def _read_tree(parent: DockerSandbox, out: Any) -> None:
 
 
 def _start_all(children: list[ForkedDockerSandbox], image: str, tar: Any) -> None:
-    """Start each child's container from ``image``; with ``tar`` replace its ``/testbed``."""
-    for child in children:
+    """Start each child's container from ``image`` (in parallel, within the process's start
+    slots); with ``tar`` replace its ``/testbed`` (one at a time: one file position)."""
+
+    def start(child: ForkedDockerSandbox) -> None:
         with _start_slots:
             child.container = child._create_with_retries(image)
-        if tar is None:
-            continue
+
+    each(start, children)
+    for child in children if tar is not None else []:
         rc, out = child.container.exec_run(["rm", "-rf", "--", child.workdir])
         if rc != 0:
             raise SandboxError(f"could not empty a fork child's {child.workdir}: {out[-500:]!r}")

@@ -173,6 +173,22 @@ def start_children(make: Callable[[int], S], n: int, close: Callable[[S], None])
     return made
 
 
+def each(fn: Callable[[S], object], items: Sequence[S], workers: int = 4) -> None:
+    """``fn`` on every item, on up to ``workers`` threads (children start independently; a
+    start mostly waits on a process or the daemon). Every call finishes before the first
+    error is raised, so the caller's cleanup sees no child still starting."""
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    for f in futures:
+        f.result()
+
+
 def replay_into(
     children: Sequence[Any], state: ShellState, workdir_map: tuple[str, str] | None = None
 ) -> None:
@@ -189,6 +205,7 @@ __all__ = [
     "ShellState",
     "capture_shell_state",
     "check_fork_count",
+    "each",
     "fork_sandbox",
     "parse_shell_state",
     "replay_command",

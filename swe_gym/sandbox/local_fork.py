@@ -25,12 +25,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swe_gym.errors import SandboxError
-from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, replay_into
+from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, each, replay_into
 
 if TYPE_CHECKING:
     from swe_gym.sandbox.local import LocalSandbox
@@ -56,10 +55,9 @@ def fork_local(parent: LocalSandbox, n: int) -> list[LocalSandbox]:
         assert first is not None
         with _frozen(session.transport):
             _copy_tree(parent.root, first)
-        rest = [c.root for c in children[1:] if c.root is not None]
-        if rest:
-            with ThreadPoolExecutor(min(4, len(rest))) as pool:
-                list(pool.map(lambda dst: _copy_tree(first, dst), rest))
+        each(lambda dst: _copy_tree(first, dst), [c.root for c in children[1:] if c.root])
+        # In this thread: bwrap's --die-with-parent fires when the thread that started it
+        # exits, so a pool's worker thread would take the child's shell with it.
         for child in children:
             child._launch()
             wmap = None if parent.sandboxed else (str(parent.root), str(child.root))

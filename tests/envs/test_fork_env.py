@@ -65,7 +65,7 @@ def test_fork_branches_at_the_step_and_each_child_is_graded_on_its_own(make_env)
     make, made = make_env
     env = make(max_turns=10)
     _, info = env.reset(seed=0)
-    root = info["episode_id"]
+    root = env.episode_id
     assert root and info["parent_episode_id"] is None and info["branch_turn"] is None
     env.step(bash("mkdir -p notes && cd notes && export STEP=one"))
     obs, *_ = env.step(edit(command="create", path="/testbed/notes/a.txt", file_text="v1\n"))
@@ -80,7 +80,7 @@ def test_fork_branches_at_the_step_and_each_child_is_graded_on_its_own(make_env)
     obs, reward, term, trunc, info = good.step(bash('echo "$STEP"; pwd'))
     assert obs.startswith("one\n/testbed/notes") and "(Open file: /testbed/notes/a.txt)" in obs
     assert info["turn"] == 4 and info["parent_episode_id"] == root and info["branch_turn"] == 3
-    assert info["episode_id"] not in (root, None)
+    assert good.episode_id not in (root, None, bad.episode_id)
     # the editor's undo history came along, and undoing in one child touches no one else
     obs, *_ = bad.step(edit(command="undo_edit", path="/testbed/notes/a.txt"))
     assert "undone" in obs and bad.sandbox.read_file("notes/a.txt") == b"v1\n"
@@ -97,7 +97,7 @@ def test_fork_branches_at_the_step_and_each_child_is_graded_on_its_own(make_env)
     # the parent is where it was, and goes on
     obs, _, term, _, info = env.step(bash("pwd; cat /testbed/calc.py"))
     assert not term and "/testbed/notes" in obs and "return a - b" in obs
-    assert info["turn"] == 4 and info["episode_id"] == root
+    assert info["turn"] == 4 and info["parent_episode_id"] is None and env.episode_id == root
     # a child of a child names its own parent
     (grandchild,) = env.fork(1)
     made.append(grandchild)

@@ -229,6 +229,8 @@ def test_children_of_a_crashed_run_are_reaped(backend, repo_task, tmp_path):
     opts = {"repos_dir": str(repos)}
     if backend == "docker":
         opts["run_id"] = run_id
+    else:  # a killed process leaves its temp dirs; here they go with the test's
+        opts["tmp_dir"] = str(tmp_path)
     script = _crash_script(task, backend, opts)
     out = subprocess.run(
         [sys.executable, "-c", script],
