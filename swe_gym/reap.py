@@ -102,12 +102,20 @@ def reap(
             if "already in progress" not in str(e):
                 raise
     if not dry_run:
-        reap_fork_images(owner, run_id, client=client)
+        reap_fork_images(owner, run_id, older_than_s, client=client)
     return removed
 
 
-def reap_fork_images(owner: str = OWNER, run_id: str | None = None, *, client: Any = None) -> int:
-    """Remove fork images (``swe-gym.fork-image``) no container uses; returns how many."""
+def reap_fork_images(
+    owner: str = OWNER,
+    run_id: str | None = None,
+    older_than_s: float | None = None,
+    *,
+    client: Any = None,
+) -> int:
+    """Remove fork images (``swe-gym.fork-image``) no container uses, optionally only those
+    made before now - older_than_s (a fork in progress has made its image but not yet its
+    children); returns how many."""
     import docker.errors
 
     from swe_gym.docker_daemon import get_client
@@ -117,7 +125,14 @@ def reap_fork_images(owner: str = OWNER, run_id: str | None = None, *, client: A
     if run_id is not None:
         labels.append(f"{LABEL_RUN}={run_id}")
     removed = 0
+    cutoff = None if older_than_s is None else time.time() - older_than_s
     for img in client.images.list(filters={"label": labels}):
+        try:
+            made = float((img.labels or {}).get(LABEL_STARTED, "nan"))
+        except ValueError:
+            made = float("nan")
+        if cutoff is not None and not made <= cutoff:
+            continue
         try:
             client.api.remove_image(img.id)
             removed += 1

@@ -25,6 +25,7 @@ import copy
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from swe_gym.reap import (
     LABEL_OWNER,
     LABEL_PARENT,
     LABEL_RUN,
+    LABEL_STARTED,
     OWNER,
 )
 from swe_gym.sandbox.docker import DockerSandbox, _start_slots
@@ -146,6 +148,7 @@ def _commit(parent: DockerSandbox) -> str:
         LABEL_OWNER: OWNER,
         LABEL_RUN: parent.run_id,
         LABEL_FORK_IMAGE: parent.episode_id,
+        LABEL_STARTED: f"{time.time():.3f}",  # the reaper's age filter
     }
     try:
         # Already paused by us: the daemon's own pause would fail on a paused container.
