@@ -91,7 +91,28 @@ def test_children_get_the_tree_and_the_shell_state_but_no_process(make_sb, forke
         # the session still works as a session: job control, timeouts
         r = kid.run("sleep 30", timeout=1)
         assert r.timed_out and kid.run("pwd").output.strip() == f"{kid.workdir}/pkg"
-    assert "forkbg-sleep" in _procs(parent)
+    # the parent was frozen only while it was copied: its job runs again
+    assert _states(parent, "forkbg-sleep") == ["S"]
+
+
+def test_the_parent_is_resumed_and_its_own_stopped_jobs_stay_stopped(make_sb, forked):
+    parent = make_sb()
+    parent.run("(exec -a tick-loop sh -c 'while :; do echo t >> /tmp/ticks; sleep 0.05; done') &")
+    parent.run("(exec -a held-sleep sleep 300) & sleep 0.3; kill -STOP $!")
+    forked(parent, 1)
+    before = parent.run("wc -l < /tmp/ticks").output.strip()
+    parent.run("sleep 0.5")
+    assert int(parent.run("wc -l < /tmp/ticks").output.strip()) > int(before)
+    assert _states(parent, "held-sleep") == ["T"]
+
+
+def _states(sb, name: str) -> list[str]:
+    """The state letters (``/proc/PID/stat``) of the sandbox's processes named ``name``."""
+    script = (
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+        f"grep -q '^{name}' && cut -d' ' -f3 $p/stat; done"
+    )
+    return sb.run(script).output.split()
 
 
 def test_children_parent_and_siblings_are_isolated(make_sb, forked):
