@@ -18,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from envs.fork import fork_env
 from envs.swe_env import SWEEnv
 from swe_gym.errors import unknown_choice
 from swe_gym.tools.docs import PROMPTS, compact_system_prompt, compact_task_prompt
@@ -68,6 +69,10 @@ class PromptStyle(gym.Wrapper[str, str, str, str]):
         if self.max_observation_chars is not None:
             obs = cut_middle(obs, self.max_observation_chars)
         return obs, float(reward), terminated, truncated, info
+
+    def fork(self, n: int) -> list[gym.Env]:
+        """``n`` copies at this step, each wrapped like this one (``envs.fork.fork_env``)."""
+        return fork_env(self, n)
 
 
 def make_swe_env(

@@ -35,7 +35,8 @@ A working copy whose diff passes the sandbox's bounds (``max_patch_bytes``, ``ma
 ``"unhackable"``, ``"hackable"`` or a callable ``Task -> bool``; ``audit`` names the audit file
 (default: the one beside the rows, or the bundled suite's own).
 
-Stepping after the end, or before ``reset``, raises ``ResetNeeded``.
+Stepping after the end, or before ``reset``, raises ``ResetNeeded``. ``fork(n)`` copies a
+running episode into n at the same step (``envs.fork``).
 
 ``sandbox_options`` go to the agent's sandbox (``swe_gym.sandbox.make_sandbox``);
 ``grading_sandbox_options`` to the grading sandbox (default: the same options), e.g. a larger
@@ -49,6 +50,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from envs.fork import fork_swe_env, new_episode_id
 from envs.selection import select_task
 from envs.spaces import UnicodeText
 from swe_gym.audit.select import TaskFilter, filter_tasks
@@ -158,6 +160,9 @@ class SWEEnv(gym.Env[str, str]):
         self._open_file: str | None = None
         self._last_obs = ""
         self._last_patch: str | None = None
+        self.episode_id: str | None = None  # set by reset; parent and branch turn by fork
+        self.parent_episode_id: str | None = None
+        self.branch_turn: int | None = None
 
     # ------------------------------------------------------------------------- episode
 
@@ -181,6 +186,7 @@ class SWEEnv(gym.Env[str, str]):
             raise
         self.sandbox, self.editor = sandbox, Editor(sandbox)
         self.turn, self._done = 0, False
+        self.episode_id, self.parent_episode_id, self.branch_turn = new_episode_id(), None, None
         self._cwd, self._open_file = sandbox.workdir, None
         obs = _bounded(task_prompt(self.task.problem_statement, sandbox.workdir, self.max_turns))
         self._last_obs = obs
@@ -367,9 +373,15 @@ class SWEEnv(gym.Env[str, str]):
             "tool": tool,
             "patch": "",
             "end_reason": None,
+            "parent_episode_id": self.parent_episode_id,  # a fork's; own id: self.episode_id
+            "branch_turn": self.branch_turn,
         }
 
     # ------------------------------------------------------------------------- lifecycle
+
+    def fork(self, n: int) -> list[SWEEnv]:
+        """``n`` envs at this step, each on its own copy of the sandbox (``envs.fork``)."""
+        return fork_swe_env(self, n)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

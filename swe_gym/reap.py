@@ -1,7 +1,9 @@
 """Remove sandbox containers left behind (crashed runs, killed trainers).
 
 Every ``DockerSandbox`` container carries the labels ``owner`` (``swe-gym``),
-``swe-gym.run``, ``swe-gym.episode``, ``swe-gym.task`` and ``swe-gym.started`` (unix seconds).
+``swe-gym.run``, ``swe-gym.episode``, ``swe-gym.task`` and ``swe-gym.started`` (unix seconds);
+a fork's children also ``swe-gym.parent``. A fork's temporary images (``swe-gym.fork-image``)
+go with the containers: those no container uses any more are removed after them.
 
     python -m swe_gym.reap                      # every container owned by swe-gym
     python -m swe_gym.reap --older-than 1h      # only those started more than an hour ago
@@ -24,6 +26,8 @@ LABEL_RUN = "swe-gym.run"
 LABEL_EPISODE = "swe-gym.episode"
 LABEL_TASK = "swe-gym.task"
 LABEL_STARTED = "swe-gym.started"
+LABEL_PARENT = "swe-gym.parent"  # a fork's child: its parent's episode id
+LABEL_FORK_IMAGE = "swe-gym.fork-image"  # a fork's temporary image (``docker commit``)
 OWNER = "swe-gym"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -97,6 +101,30 @@ def reap(
         except docker.errors.APIError as e:
             if "already in progress" not in str(e):
                 raise
+    if not dry_run:
+        reap_fork_images(owner, run_id, client=client)
+    return removed
+
+
+def reap_fork_images(owner: str = OWNER, run_id: str | None = None, *, client: Any = None) -> int:
+    """Remove fork images (``swe-gym.fork-image``) no container uses; returns how many."""
+    import docker.errors
+
+    from swe_gym.docker_daemon import get_client
+
+    client = client or get_client()
+    labels = [f"{LABEL_OWNER}={owner}", LABEL_FORK_IMAGE]
+    if run_id is not None:
+        labels.append(f"{LABEL_RUN}={run_id}")
+    removed = 0
+    for img in client.images.list(filters={"label": labels}):
+        try:
+            client.api.remove_image(img.id)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError:
+            pass  # still in use (a live fork's children): theirs to remove
     return removed
 
 

@@ -1,6 +1,7 @@
 """Sandboxes: one working copy of a task's repository plus a persistent bash session.
 
 ``make_sandbox(task, backend="local" | "docker", **options)`` builds one; see ``base.Sandbox``.
+``fork_sandbox(sandbox, n)`` copies a running one into n (``fork``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from swe_gym.errors import unknown_choice
 from swe_gym.sandbox.base import DEFAULT_COMMAND_TIMEOUT, CommandResult, Sandbox, cap_output
+from swe_gym.sandbox.fork import ForkUnsupported, fork_sandbox
 from swe_gym.tasks import Task
 
 BACKENDS = {
@@ -30,7 +32,9 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_COMMAND_TIMEOUT",
     "CommandResult",
+    "ForkUnsupported",
     "Sandbox",
     "cap_output",
+    "fork_sandbox",
     "make_sandbox",
 ]

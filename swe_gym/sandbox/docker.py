@@ -268,6 +268,13 @@ class DockerSandbox(DockerFiles):
             except Exception:
                 pass
 
+    def fork(self, n: int, method: str | None = None) -> list[DockerSandbox]:
+        """``n`` started copies of this sandbox (files, the shell's cwd, exports and options),
+        each its own container; this one is unchanged. See ``swe_gym.sandbox.docker_fork``."""
+        from swe_gym.sandbox.docker_fork import fork_docker
+
+        return fork_docker(self, n, method)
+
     def __enter__(self) -> DockerSandbox:
         self.start()
         return self

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import tempfile
 import time
 import warnings
@@ -45,7 +46,7 @@ from swe_gym.sandbox.gitdiff import DIFF_SCRIPT, diff_env
 from swe_gym.sandbox.local_transport import LocalTransport
 from swe_gym.sandbox.mounts import SANDBOX_WORKDIR, bwrap_mounts
 from swe_gym.sandbox.objects import BasePack, base_pack, init_repo
-from swe_gym.sandbox.safefs import kind_in_tree, read_in_tree, write_in_tree
+from swe_gym.sandbox.safefs import force_rmtree, kind_in_tree, read_in_tree, write_in_tree
 from swe_gym.sandbox.shell import ShellSession
 from swe_gym.sandbox.treediff import DIFF_TIMEOUT, MAX_PATCH_BYTES, run_bounded
 from swe_gym.taskenv.build import TaskEnv
@@ -200,22 +201,36 @@ class LocalSandbox:
             if self.task_env is not None:
                 copy_generated(self.task_env, self.host_workdir, [git_dir, self.root / "diffgit"])
             shutil.copyfile(git_dir / "index", self.root / "diffgit" / "index")
-            if self.sandboxed and os.geteuid() == 0:
-                self._uid = 100_000 + random.randrange(1 << 20)  # own uid: own process budget
-                self._chown(self.root)
-            if not self.sandboxed:
-                self.workdir = str(self.host_workdir)
-            self._session = ShellSession(
-                self._spawn,
-                self.workdir,
-                env=self._shell_env(),
-                output_limit=self.output_limit,
-                command_timeout=self.command_timeout,
-            )
-            self._session.start()
+            self._launch()
         except BaseException:
             self.close()
             raise
+
+    def _launch(self) -> None:
+        """Own the working copy under ``root`` (a fresh uid when root) and start the shell."""
+        assert self.root is not None
+        self.host_workdir = self.root / "testbed"
+        if self.sandboxed and os.geteuid() == 0:
+            self._uid = 100_000 + random.randrange(1 << 20)  # own uid: own process budget
+            self._chown(self.root)
+        if not self.sandboxed:
+            self.workdir = str(self.host_workdir)
+        self._session = ShellSession(
+            self._spawn,
+            self.workdir,
+            env=self._shell_env(),
+            output_limit=self.output_limit,
+            command_timeout=self.command_timeout,
+        )
+        self._session.start()
+
+    def fork(self, n: int) -> list[LocalSandbox]:
+        """``n`` started copies of this sandbox (working copy, shell cwd, exports, options),
+        each with its own uid, processes and limits; this one is unchanged. See
+        ``swe_gym.sandbox.local_fork``."""
+        from swe_gym.sandbox.local_fork import fork_local
+
+        return fork_local(self, n)
 
     def _base_pack(self) -> BasePack:
         base = self.task.base_commit
@@ -232,11 +247,9 @@ class LocalSandbox:
     def _chown(self, path: Path) -> None:
         if self._uid is None:
             return
+        # chown's one C walk (no link followed): several times faster than os.walk on 10k files
         uid = self._uid
-        os.lchown(path, uid, uid)
-        for dirpath, dirnames, filenames in os.walk(path):
-            for n in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, n), uid, uid)
+        subprocess.run(["chown", "-hR", f"{uid}:{uid}", "--", str(path)], check=True)
 
     def _shell_env(self) -> dict[str, str]:
         assert self.root is not None  # start() made it
@@ -352,7 +365,7 @@ class LocalSandbox:
             session.close()
         root, self.root = self.root, None
         if root is not None and root.exists():
-            shutil.rmtree(root, onerror=_force_remove)
+            force_rmtree(root)
 
     # -- commands and files -----------------------------------------------------------------
 
@@ -410,20 +423,6 @@ class LocalSandbox:
         )
         out = run_bounded(argv, env, timeout=self.diff_timeout, max_bytes=self.max_patch_bytes)
         return out.decode("utf-8", "surrogateescape")
-
-
-def _force_remove(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree's onerror
-    """Make a directory writable again (a command may have chmod-ed it) and retry."""
-    import contextlib
-
-    with contextlib.suppress(OSError):
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-    with contextlib.suppress(OSError):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
 
 
 __all__ = ["SANDBOX_WORKDIR", "TMP_ENV", "LocalSandbox", "LocalTransport", "find_bwrap"]

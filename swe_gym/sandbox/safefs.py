@@ -230,4 +230,22 @@ def write_in_tree(root: str, workdir: str, path: str, data: bytes, uid: int | No
         walk.close()
 
 
-__all__ = ["kind_in_tree", "read_in_tree", "write_in_tree"]
+def force_rmtree(root: os.PathLike | str) -> None:
+    """Remove a sandbox's tree, making directories writable again where a command chmod-ed
+    them (``shutil.rmtree`` follows no link)."""
+    import shutil
+
+    def retry(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree's onerror
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+
+    shutil.rmtree(root, onerror=retry)
+
+
+__all__ = ["force_rmtree", "kind_in_tree", "read_in_tree", "write_in_tree"]

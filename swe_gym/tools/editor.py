@@ -39,6 +39,12 @@ class Editor:
         self.sandbox = sandbox
         self._history: dict[str, list[str]] = {}
 
+    def copy_to(self, sandbox: Sandbox) -> Editor:
+        """An editor on ``sandbox`` (a fork's child) with a copy of this one's undo history."""
+        other = Editor(sandbox)
+        other._history = {path: list(states) for path, states in self._history.items()}
+        return other
+
     def __call__(self, args: dict[str, Any]) -> str:
         try:
             return self._dispatch(args)
