@@ -73,7 +73,7 @@ def refuse_episode_runner(spec: RolloutSpec) -> None:
 
 def shared_tokens(traj: Trajectory) -> int:
     """Tokens of a branch's trunk turns (its first ``branch_turn`` turns); 0 when not branched."""
-    k = traj.branch_turn
+    k = getattr(traj, "branch_turn", None)  # duck-typed episodes (tests) have none
     if not k:
         return 0
     return sum(len(t.prompt_delta_ids) + len(t.completion_ids) for t in traj.turns[:k])
