@@ -7,48 +7,33 @@ one, ``run_episode`` records its ``finish_reason`` and closes the env whatever h
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import time
-import traceback
 from dataclasses import asdict, replace
 from typing import Any
 
 from agents.chat import ChatTemplate
+from agents.episode import (  # noqa: F401 - re-exported: the names callers import from here
+    AgentStop,
+    ContextOverflow,
+    EpisodeAborted,
+    TimeBudgetExceeded,
+    TooManyInvalidActions,
+    TurnLimitReached,
+    finish_episode,
+    needs_answer,
+    play_turns,
+    public_task,
+    record_end,
+    record_stop,
+    start_episode,
+)
 from agents.protocols import Agent, Conversation, Generation, Model, SamplingParams
-from agents.trajectory import ENV_FAILURES, Trajectory, Turn
+from agents.trajectory import Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # context estimate for text-only models (no tokenizer to count with)
-
-
-class AgentStop(Exception):
-    """Ends an episode early; ``finish_reason`` is recorded in the trajectory."""
-
-    finish_reason = "error"
-
-
-class ContextOverflow(AgentStop):
-    """The next prompt would not fit ``max_context_tokens`` (the episode ends as truncated)."""
-
-    finish_reason = "context_overflow"
-
-
-class TooManyInvalidActions(AgentStop):
-    finish_reason = "invalid_actions"
-
-
-class TimeBudgetExceeded(AgentStop):
-    finish_reason = "time_budget"
-
-
-class TurnLimitReached(AgentStop):
-    finish_reason = "max_turns"
-
-
-class EpisodeAborted(AgentStop):
-    """Set from outside (``rollout``'s per-episode timeout)."""
-
-    finish_reason = "timeout"
 
 
 def turn_seed(episode_key: str, turn: int) -> int:
@@ -163,6 +148,19 @@ class ReActAgent:
         self.token_exact = self.template is not None
         self.last_turn = None
 
+    def branch(self, index: int) -> ReActAgent:
+        """A copy at this turn for branch ``index`` of a branched group (``agents.branching``):
+        its own conversation (messages, token ids, pending delta) and counters, sharing the
+        model; its later turns sample with seeds from (task id, episode seed, ``index``), so each
+        branch samples independently and reproducibly."""
+        twin = copy.copy(self)
+        twin.conversation = copy.deepcopy(self.conversation)
+        twin._pending = list(self._pending)
+        twin.last_turn = copy.deepcopy(self.last_turn)
+        if self._episode_key is not None:
+            twin._episode_key = f"{self._episode_key}\0branch{index}"
+        return twin
+
     def _ingest(self, observation: str, info: dict[str, Any]) -> None:
         """Add the env's reply to the previous action to the history."""
         if info.get("invalid_action"):
@@ -247,26 +245,6 @@ class ReActAgent:
         return list(gen.token_ids), list(gen.logprobs)
 
 
-def _describe(agent: Agent) -> dict[str, Any]:
-    if hasattr(agent, "describe"):
-        return agent.describe()
-    return {"model": type(agent).__name__, "sampling": {}, "agent": {"class": type(agent).__name__}}
-
-
-PUBLIC_TASK_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "version")
-
-
-def public_task(task: Any) -> dict[str, Any]:
-    """What an agent may know of its task: no gold patch, test patch or test lists."""
-    return {k: getattr(task, k) for k in PUBLIC_TASK_FIELDS if hasattr(task, k)}
-
-
-def needs_answer(obj: Any) -> bool:
-    """Whether ``obj`` (an agent or a model) declares it replays the answer (an oracle):
-    only those receive the whole task, gold patch included."""
-    return bool(getattr(obj, "needs_answer", False))
-
-
 def run_episode(
     env: Any,
     agent_or_model: Agent | Model,
@@ -290,87 +268,15 @@ def run_episode(
     object in place (``rollout`` reads the partial one when an episode times out).
     """
     traj = trajectory if trajectory is not None else Trajectory()
-    traj.task_id, traj.seed = task_id, seed
     started = time.perf_counter()
     agent: Any = agent_or_model
     try:
         if not hasattr(agent_or_model, "act"):
             agent = ReActAgent(agent_or_model, **(agent_kwargs or {}))
-        meta = _describe(agent)
-        traj.model, traj.sampling, traj.agent = meta["model"], meta["sampling"], meta["agent"]
-        options = {"task_id": task_id} if task_id is not None else None
-        obs, info = env.reset(seed=seed, options=options)
-        traj.task_id = info.get("task_id", task_id)
-        traj.system_prompt = info.get("system_prompt", "")
-        traj.prompt = obs
-        agent_info = dict(info)
-        agent_info.setdefault("seed", seed)
-        task = getattr(getattr(env, "unwrapped", env), "task", None)
-        if task is not None:
-            wants = needs_answer(agent_or_model) or needs_answer(getattr(agent, "model", None))
-            agent_info.setdefault("task", task if wants else public_task(task))
-        agent.reset(obs, agent_info)
-        while True:
-            t0 = time.perf_counter()
-            if stop_event is not None and stop_event.is_set():
-                raise EpisodeAborted("episode timed out")
-            action = agent.act(obs, info)
-            turn = getattr(agent, "last_turn", None)
-            if turn is None or turn.action != action or (traj.turns and turn is traj.turns[-1]):
-                turn = Turn(action=action)  # an agent that keeps no token record
-            t1 = time.perf_counter()
-            obs, reward, terminated, truncated, info = env.step(action)
-            turn.env_s = time.perf_counter() - t1
-            turn.observation = obs
-            turn.invalid_action = bool(info.get("invalid_action", False))
-            turn.invalid_reason = info.get("invalid_reason")
-            turn.tool = info.get("tool")
-            turn.reward = float(reward)
-            turn.wall_s = time.perf_counter() - t0
-            traj.turns.append(turn)
-            traj.reward += float(reward)
-            if info.get("patch") is not None:
-                traj.patch = info["patch"]
-            if terminated or truncated:
-                record_end(traj, terminated, info)
-                break
-    except AgentStop as e:
-        traj.finish_reason = e.finish_reason
-        traj.error = str(e)
+        obs, info = start_episode(env, agent, traj, task_id, seed, answer=agent_or_model)
+        play_turns(env, agent, traj, obs, info, stop_event=stop_event)
     except Exception as e:  # noqa: BLE001 - an episode must never take the caller down
-        traj.finish_reason = "error"
-        traj.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+        record_stop(traj, e)
     finally:
-        traj.token_exact = bool(getattr(agent, "token_exact", False))
-        if traj.finish_reason not in ("submitted", "max_turns") and not traj.patch:
-            traj.patch = _current_diff(env)
-        if close_env:
-            try:
-                env.close()
-            except Exception as e:  # noqa: BLE001
-                traj.error = (traj.error or "") + f"\nenv.close() failed: {type(e).__name__}: {e}"
-        traj.wall_s = time.perf_counter() - started
+        finish_episode(env, agent, traj, started, close_env=close_env)
     return traj
-
-
-def record_end(traj: Trajectory, terminated: bool, info: dict[str, Any]) -> None:
-    """The episode's outcome from the env's last step into ``traj``: the grading report,
-    ``resolved`` and why it ended: ``submitted`` (terminated), one of ``ENV_FAILURES`` (the
-    env's own failure, ``info["end_reason"]``; its message in ``error``), else ``max_turns``."""
-    traj.report = info.get("report")
-    traj.resolved = bool(traj.report and traj.report.get("resolved"))
-    end = info.get("end_reason")
-    traj.finish_reason = "submitted" if terminated else end if end in ENV_FAILURES else "max_turns"
-    if traj.finish_reason in ENV_FAILURES:
-        traj.error = info.get("error") or traj.finish_reason
-
-
-def _current_diff(env: Any) -> str:
-    """The sandbox's diff when the agent stopped the episode (the env did not grade it)."""
-    sandbox = getattr(getattr(env, "unwrapped", env), "sandbox", None)
-    if sandbox is None:
-        return ""
-    try:
-        return sandbox.diff() or ""
-    except Exception:  # noqa: BLE001 - a dead sandbox has no diff to report
-        return ""

@@ -17,6 +17,12 @@ Policy versions (asynchronous RL): each turn records the engine's weights versio
 it (``Generation.policy_version``); with in-flight weight updates the turns of one episode may
 differ. ``policy_version_min`` / ``_max`` summarise them (written to JSONL, derived on load).
 Format 2 added the per-turn version; format 1 files still load (versions ``None``).
+
+Branched groups (``agents.branching``): a branch's trajectory holds the trunk's turns,
+token-identical, then its own; ``branch`` records where it came from (``BRANCH_KEYS``: the
+trunk's episode id, its own, the branch turn, its index among the group, the fork's seconds), or
+that its group fell back to plain episodes (``fallback``: why, ``planned_turn``). Format 3 added
+``branch``; format 1 and 2 files load with ``branch=None`` (a plain episode).
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agents.protocols import Generation
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: before policy versions (read as None)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 1: before policy versions (read as None); 2: before ``branch``
 DERIVED_FIELDS = ("policy_version_min", "policy_version_max")  # written, recomputed on load
 
 # Why an episode ended. "submitted": the env terminated it (the agent submitted); "max_turns":
@@ -139,6 +145,8 @@ class Trajectory:
     agent: dict[str, Any] = field(default_factory=dict)
     token_exact: bool = False
     wall_s: float = 0.0
+    # Branched groups: see the module docstring (None: a plain episode)
+    branch: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ token views
     def _check_token_exact(self) -> None:
@@ -194,6 +202,13 @@ class Trajectory:
         return max(versions) if versions else None
 
     @property
+    def branch_turn(self) -> int | None:
+        """Turns shared with the trunk (the first ``branch_turn`` turns), None unless branched."""
+        if not self.branch or self.branch.get("fallback"):
+            return None
+        return int(self.branch["branch_turn"])
+
+    @property
     def num_turns(self) -> int:
         return len(self.turns)
 
@@ -242,7 +257,7 @@ class Trajectory:
 
     @_one_or_many
     def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
-        """Write one trajectory per line (``{"format_version": 2, ...}``):
+        """Write one trajectory per line (``{"format_version": 3, ...}``):
         ``Trajectory.save_jsonl(trajectories, path)``, or ``traj.save_jsonl(path)`` for one."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -134,14 +134,32 @@ def _flagged(traj: Any) -> bool:
     return isinstance(traj.report, dict) and bool(traj.report.get("hack_signals"))
 
 
+def _branch_note(traj: Any) -> str:
+    """A branched group's member: which trunk it forked from and where; or why its group fell
+    back to plain episodes (agents.branching)."""
+    info = getattr(traj, "branch", None)
+    if not isinstance(info, dict):
+        return ""
+    if info.get("fallback"):
+        return (
+            f" &middot; <span class=branch>plain episode {esc(info.get('branch_index'))} (branch "
+            f"at turn {esc(info.get('planned_turn'))} fell back: {esc(info['fallback'])})</span>"
+        )
+    return (
+        f" &middot; <span class=branch>branch {esc(info.get('branch_index'))} of trunk "
+        f"{esc(info.get('parent_episode_id'))} at turn {esc(info.get('branch_turn'))}</span>"
+    )
+
+
 def render_episode(traj: Any, meta: dict[str, Any]) -> str:
     cls = "ok" if traj.resolved else "bad"
+    shared = getattr(traj, "branch_turn", None) or 0  # turns copied from the trunk
     head = (
         f"<summary>iteration {esc(meta.get('iteration', '?'))} &middot; policy version "
         f"{esc(meta.get('policy_version', '?'))} &middot; seed {esc(traj.seed)} &middot; "
         f'<span class="reward {cls}">reward {esc(_fmt(float(traj.reward)))}</span> &middot; '
         f"{'resolved' if traj.resolved else 'not resolved'} &middot; "
-        f"{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns"
+        f"{esc(traj.finish_reason)} &middot; {len(traj.turns)} turns{_branch_note(traj)}"
         f"{' &middot; <b class=bad>hack flagged</b>' if _flagged(traj) else ''}</summary>"
     )
     parts = [head]
@@ -176,7 +194,8 @@ def render_episode(traj: Any, meta: dict[str, Any]) -> str:
         if turn.invalid_action:
             flags = f", invalid action: {esc(turn.invalid_reason or '-')}"
         parts.append(
-            f'<div class="turn"><b>turn {i + 1}</b> <span class="muted">tool '
+            f'<div class="turn"><b>turn {i + 1}</b>{" (trunk)" if i < shared else ""} '
+            f'<span class="muted">tool '
             f"{esc(turn.tool or '-')}, reward {esc(_fmt(float(turn.reward)))}, "
             f"{len(turn.completion_ids)} tokens{flags}</span>"
             f'<div>action</div><pre class="action">{esc(_clip(turn.action))}</pre>'

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from algos import objectives
 from algos.config import ConfigError
+from algos.config.branching import check_branching
 from algos.config.run import RLConfig
 from algos.learner.learner_config import LearnerConfig
 from swe_gym.errors import unknown_choice
@@ -85,6 +86,18 @@ class PolicyGradientConfig(RLConfig):
     eps_low: float | None = None
     """Lower clip range: ratio >= 1 - eps_low. None: the algorithm's (DAPO 0.2; GRPO clip_eps,
     0.2), or the loss's own where it has one (gspo: 3e-4, for its sequence-level ratio)."""
+    branch_at: str = "none"
+    """Branched groups (docs/methods.md#branched-groups): none (plain groups of group_size
+    independent episodes), turn:K, fraction:F (of max_turns) or sample (uniform over [1,
+    max_turns - 1] per group, from the run's seed): each group is one trunk episode played K turns,
+    its env forked into group_size branches that go on independently. A trunk that ends before
+    K falls back to a plain group (counted as branch_fallbacks). Built-in agent, threads, an env
+    that can fork (the SWE envs). Default none: branching changes what a group's baseline
+    compares (continuations of one state, not whole attempts), so it is opted into."""
+    prefix_credit: str = "none"
+    """The credit of a branched group's shared trunk: none (its policy tokens are out of every
+    branch's loss) or mean (trained once, with the group's mean advantage: about 0 with
+    mean-centred advantages, but in the KL, entropy and token counts)."""
     eps_high: float | None = None
     """Upper clip range (clip-higher when above eps_low): ratio <= 1 + eps_high. None: the
     algorithm's (DAPO 0.3; GRPO clip_eps, 0.2), or the loss's own (gspo: 4e-4)."""
@@ -141,6 +154,7 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
     ):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1; got {getattr(cfg, name)}")
+    check_branching(cfg)
     if cfg.max_refill_rounds < 0:
         raise ConfigError(f"max_refill_rounds must be >= 0; got {cfg.max_refill_rounds}")
     if cfg.group_size < 2 and cfg.filter != "none":

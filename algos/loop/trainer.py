@@ -69,6 +69,7 @@ from algos.loop.run_state import InterruptGuard, broadcast_object, checkpoint_du
 from algos.loop.trainer_state import TrainerState
 from algos.loop.validation import metrics_of
 from algos.report import save_iteration_episodes
+from algos.rollout.branching import branch_metrics
 from algos.rollout.collect import Collected, collect, run_rollouts
 from algos.rollout.scoring import Counters, EpisodesFailed
 
@@ -189,6 +190,7 @@ class Trainer(TrainerState):
         cfg = self.cfg
         t0 = time.perf_counter()
         counters = Counters()
+        branch_row: dict[str, float] = {}
         samples: list[Sample] = []
         got, error = Collected([], 0, [], []), None
         version = self.learner.step  # the weights that sample this iteration
@@ -196,6 +198,8 @@ class Trainer(TrainerState):
         if self.dist.is_main:
             try:
                 samples, got = self._make_samples(counters, tick)
+                if cfg.branch_at != "none":  # before the episodes are let go, below
+                    branch_row = branch_metrics(got.episodes, cfg.group_size)
                 if getattr(cfg, "save_episodes", 0) != 0:
                     save_iteration_episodes(
                         self.run_dir,
@@ -244,16 +248,16 @@ class Trainer(TrainerState):
         )
         if self.max_staleness:
             row.update(self.staleness.row())
+        row.update(branch_row)
         return row
 
     def validate(self) -> dict[str, float]:
         """A validation on the engine's current weights (rank 0); its metrics-row keys."""
         assert self.validator is not None
         self.policy.model.eval()
+        plain = dataclasses.replace(self.rollout_spec, branch_at="none")  # independent episodes
         row = self.validator.validate(
-            lambda ids, n, seed: run_rollouts(
-                self.rollout_spec, self.policy.require_engine(), ids, n, seed
-            ),
+            lambda ids, n, seed: run_rollouts(plain, self.policy.require_engine(), ids, n, seed),
             self.iteration,
             self.learner.step,
         )

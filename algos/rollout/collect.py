@@ -206,6 +206,7 @@ class RolloutSpec:
     )
     agent_cmd: str | None = None  # a harness command run in the sandbox (algos.rollout.agent_cmd)
     agent_mount: str | None = None  # the harness's folder, /opt/harness in the sandbox
+    branch_at: str = "none"  # branched groups (algos.rollout.branching); none: plain episodes
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> RolloutSpec:
@@ -218,6 +219,7 @@ class RolloutSpec:
             agent=getattr(cfg, "agent", None),
             agent_cmd=getattr(cfg, "agent_cmd", None),
             agent_mount=getattr(cfg, "agent_mount", None),
+            branch_at=getattr(cfg, "branch_at", "none"),
         )
 
 
@@ -256,11 +258,16 @@ def run_rollouts(
     progress: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """``n_per_task`` episodes per task (task-major order) through ``agents.rollout``, or the
-    engine's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds."""
+    engine's own ``run_episodes`` (an :class:`EpisodeRunner`) with the same jobs and seeds; with
+    ``spec.branch_at`` one branched group per task (``algos.rollout.branching``)."""
     from agents.rollout import rollout
+    from algos.rollout import branching
 
     if isinstance(engine, EpisodeRunner):
+        branching.refuse_episode_runner(spec)
         return engine.run_episodes(task_ids, n_per_task, seed, progress)
+    if spec.branch_at != "none" and not (spec.agent_cmd or spec.agent):
+        return branching.run_branched_rollouts(spec, engine, task_ids, n_per_task, seed, progress)
     if spec.agent_cmd:
         from algos.rollout.agent_cmd import run_cmd_rollouts
 
@@ -373,6 +380,7 @@ class Collected:
                 max_tokens=scoring.max_context_tokens,
                 mask_invalid=scoring.mask_invalid,
                 overlong_filter=scoring.overlong_filter,
+                prefix_credit=scoring.prefix_credit,
             )
             if len(kept) >= needed
             else []

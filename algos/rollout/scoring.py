@@ -16,6 +16,7 @@ from agents.trajectory import ENV_FAILURES, FAILURES, Trajectory
 from algos import objectives
 from algos.config import ConfigError
 from algos.learner.samples import Sample
+from algos.rollout.branching import credit_prefix, group_mean_advantages, shared_tokens
 
 if TYPE_CHECKING:
     from algos.config.policy_gradient import PolicyGradientConfig
@@ -46,6 +47,7 @@ class ScoringSpec:
     max_error_share: float = 0.5
     mask_invalid: bool = False  # turns the env rejected masked out of the samples' loss
     overlong_filter: bool = False  # episodes cut by a limit dropped from the samples
+    prefix_credit: str = "none"  # a branched group's shared trunk (algos.rollout.branching)
     hack_monitor: HackMonitor | None = None  # built by the trainer, which holds the tasks
 
     @classmethod
@@ -63,6 +65,7 @@ class ScoringSpec:
             max_error_share=cfg.max_error_share,
             mask_invalid=cfg.mask_invalid,
             overlong_filter=cfg.overlong_filter,
+            prefix_credit=getattr(cfg, "prefix_credit", "none"),
         )
 
 
@@ -74,6 +77,7 @@ class Scored:
     group: int
     reward: float
     advantage: float = 0.0
+    prefix_advantage: float = 0.0  # its group's mean advantage (a branched trunk's credit)
 
 
 @dataclass
@@ -323,6 +327,9 @@ def score_groups(
     if spec.mask_failed_groups:
         scored = mask_failed_groups(trajs, groups, scored, counters)
     assign_advantages(scored, spec.advantage_estimator, spec.normalize_std)
+    means = group_mean_advantages(scored)
+    for s in scored:
+        s.prefix_advantage = means[s.group]
     survivors = apply_filter(spec.filter, scored)
     counters.filtered += len(scored) - len(survivors)
     return scored, survivors
@@ -394,16 +401,28 @@ def to_samples(
     max_tokens: int,
     mask_invalid: bool,
     overlong_filter: bool,
+    prefix_credit: str = "none",
 ) -> list[Sample]:
     """The learner's samples of the kept episodes (overlong ones dropped when
     ``overlong_filter``, counted), each segment of an episode its own sample; ids
-    ``task/index``."""
+    ``task/index``. A branch's trunk tokens are credited by ``prefix_credit``
+    (``algos.rollout.branching.credit_prefix``: the group's first kept branch carries them)."""
     samples: list[Sample] = []
+    carried: set[int] = set()
     for i, s in enumerate(kept):
         if overlong_filter and is_overlong(s.traj):
             counters.overlong_dropped += 1
             continue
-        samples += episode_samples(
+        made = episode_samples(
             s.traj, s.advantage, max_tokens, mask_invalid, counters, f"{s.traj.task_id}/{i}"
         )
+        shared = shared_tokens(s.traj)
+        if shared and made:  # a branch: one segment (agent programs do not branch)
+            credited = credit_prefix(
+                made[0], shared, prefix_credit, s.group not in carried, s.prefix_advantage
+            )
+            carried.add(s.group)
+            counters.empty += credited is None
+            made = [] if credited is None else [credited]
+        samples += made
     return samples

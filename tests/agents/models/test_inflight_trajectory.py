@@ -29,7 +29,7 @@ def test_episode_turns_carry_the_engine_version_through_jsonl(tiny_paths, tmp_pa
     assert traj.policy_version_min == traj.policy_version_max == 4
     path = Trajectory.save_jsonl([traj], tmp_path / "t.jsonl")
     row = json.loads(path.read_text())
-    assert row["format_version"] == FORMAT_VERSION == 2
+    assert row["format_version"] == FORMAT_VERSION == 3
     assert row["policy_version_min"] == row["policy_version_max"] == 4
     (back,) = load_jsonl(path)
     assert back == traj
