@@ -327,9 +327,10 @@ def score_groups(
     if spec.mask_failed_groups:
         scored = mask_failed_groups(trajs, groups, scored, counters)
     assign_advantages(scored, spec.advantage_estimator, spec.normalize_std)
-    means = group_mean_advantages(scored)
-    for s in scored:
-        s.prefix_advantage = means[s.group]
+    if spec.prefix_credit == "mean":  # the only reader of a group's mean (branched groups)
+        means = group_mean_advantages(scored)
+        for s in scored:
+            s.prefix_advantage = means[s.group]
     survivors = apply_filter(spec.filter, scored)
     counters.filtered += len(scored) - len(survivors)
     return scored, survivors
@@ -416,8 +417,9 @@ def to_samples(
         made = episode_samples(
             s.traj, s.advantage, max_tokens, mask_invalid, counters, f"{s.traj.task_id}/{i}"
         )
-        shared = shared_tokens(s.traj)
-        if shared and made:  # a branch: one segment (agent programs do not branch)
+        # a branch (one segment: agent programs do not branch); plain episodes skip the call
+        shared = shared_tokens(s.traj) if getattr(s.traj, "branch_turn", None) else 0
+        if shared and made:
             credited = credit_prefix(
                 made[0], shared, prefix_credit, s.group not in carried, s.prefix_advantage
             )
