@@ -184,6 +184,7 @@ class RunConfig:
             "max_new_tokens",
             "max_context_tokens",
             "micro_batch_tokens",
+            "batch_size",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
@@ -203,8 +204,6 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
         if self.cp < 1:
             raise ConfigError(f"cp must be >= 1; got {self.cp}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1; got {self.batch_size}")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         if self.save_episodes_sampling not in EPISODE_SAMPLING:
