@@ -42,6 +42,15 @@ ROOT = Path(__file__).resolve().parent.parent
 for _p in (ROOT, Path(__file__).resolve().parent):  # the packages and the report module import
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+from swe_learning_arms import (  # noqa: E402
+    PLAIN,
+    compare_arms,
+    parse_arms,
+    print_arms,
+    run_costs,
+    run_name,
+    stage_label,
+)
 from swe_learning_report import plot, rel, report, stage_stats  # noqa: E402
 from swe_learning_runner import Runner  # noqa: E402
 from swe_learning_tasks import make_tasks  # noqa: E402
@@ -102,6 +111,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated: one DAPO run (and its held-out evaluation) per seed, from the "
         "same RFT checkpoint (default: the dapo section's seed)",
     )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a further DAPO arm: the dapo settings it overrides, e.g. "
+        'branched=\'{"branch_at": "turn:1"}\' (repeatable; the preset\'s dapo_arms too); '
+        "every arm runs every seed from the same RFT checkpoint",
+    )
     p.add_argument("--problems", type=int, default=None, help="DAPO problems per iteration")
     p.add_argument("--group-size", type=int, default=None, help="DAPO group size")
     p.add_argument(
@@ -154,6 +172,7 @@ def load_config(args: argparse.Namespace) -> dict[str, Any]:
     seeds = cfg.get("dapo_seeds") or []
     if len(set(seeds)) != len(seeds) or not all(isinstance(x, int) for x in seeds):
         raise SystemExit(f"dapo_seeds={seeds}: distinct integers, one DAPO run each")
+    cfg["dapo_arms"] = parse_arms(cfg.get("dapo_arms"), args.arm)
     cfg.setdefault("env_kwargs", {})  # every stage's env options (e.g. prompt: compact)
     cfg.setdefault("oracle", {})
     unknown = set(cfg["env_kwargs"]) - set(EVAL_ENV_FLAGS)
@@ -397,40 +416,41 @@ def main(argv: list[str] | None = None) -> int:
     stages.append(rft_stage)
 
     # (iii) DAPO from the RFT checkpoint on its tasks (synth.max_rl: ones RFT never saw), once
-    # per seed of dapo_seeds (the first as "dapo"): how much the result owes to one run's luck
-    dapo_cfg = write_config(
-        cfg["dapo"],
-        work / "dapo.yaml",
-        policy=rft_ckpt,
-        env_kwargs={
-            **cfg["env_kwargs"],
-            **cfg["dapo"].get("env_kwargs", {}),
-            "tasks": tasks["rl"],
-        },
-    )
+    # per seed of dapo_seeds and per arm (swe_learning_arms.py), interleaved by seed
+    env_kwargs = {**cfg["env_kwargs"], **cfg["dapo"].get("env_kwargs", {}), "tasks": tasks["rl"]}
+    arm_cfgs = {
+        arm: write_config(
+            {**cfg["dapo"], **over},
+            work / ("dapo.yaml" if arm == PLAIN else f"dapo-{arm}.yaml"),
+            policy=rft_ckpt,
+            env_kwargs=env_kwargs,
+        )
+        for arm, over in cfg["dapo_arms"].items()
+    }
     seeds = cfg.get("dapo_seeds") or [cfg["dapo"].get("seed", 0)]
     runs = []
     for i, seed in enumerate(seeds):
-        name = "dapo" if i == 0 else f"dapo-seed{seed}"
-        same = seed == cfg["dapo"].get("seed", 0)  # the config's own seed: no flag
-        wall = run(
-            name,
-            *("-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(work / name)),
-            *(() if same else ("--seed", str(seed))),
-            *("--progress", "false"),
-        )
-        job = held_out(f"eval-{name}", str(work / name / "checkpoint"))
-        runs.append((seed, wall, metrics(work / name), job))
+        for arm, dapo_cfg in arm_cfgs.items():
+            name = run_name(arm, i, seed)
+            same = seed == cfg["dapo"].get("seed", 0)  # the config's own seed: no flag
+            wall = run(
+                name,
+                *("-m", "algos.dapo", "--config", dapo_cfg, "--run-dir", str(work / name)),
+                *(() if same else ("--seed", str(seed))),
+                *("--progress", "false"),
+            )
+            job = held_out(f"eval-{name}", str(work / name / "checkpoint"))
+            runs.append((arm, i, seed, wall, metrics(work / name), job))
     stages[0]["held_out"] = base_job.result()
     stages[0]["wall_s"] = stages[0]["held_out"]["wall_s"]
     rft_stage["held_out"] = rft_job.result()
-    for i, (seed, wall, seed_rows, job) in enumerate(runs):
-        stages.append(dapo_stage("DAPO" if i == 0 else f"DAPO seed {seed}", seed, wall, seed_rows))
-        stages[-1]["held_out"] = job.result()
+    for arm, i, seed, wall, seed_rows, job in runs:
+        stages.append(dapo_stage(stage_label(arm, i, seed), seed, wall, seed_rows))
+        stages[-1].update(arm=arm, costs=run_costs(seed_rows), held_out=job.result())
     pool.shutdown()
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
     stages[1]["train_resolve_rate"] = stages[2]["first_resolve_rate"]
-    rows = runs[0][2]
+    rows = runs[0][4]
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]
@@ -442,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = report(cfg, tasks, stages, rft_rows, rows, time.perf_counter() - t_start)
     result["work"] = rel(work)
+    result["arms"] = compare_arms(stages[2:], stages[1]["held_out"]["pass@1"])
+    print_arms(result["arms"])
     # the sum of the stages' own wall times: the benchmark's cost even when a re-run resumed
     result["stage_wall_s"] = {**run.walls, **({"oracle-runs": oracle["wall_s"]} if oracle else {})}
     result["wall_s_stages_sum"] = sum(result["stage_wall_s"].values())

@@ -136,8 +136,11 @@ def report(
         "rft_vs_base": gain(stages[0]["held_out"], stages[1]["held_out"]),
         "dapo_vs_rft": gain(stages[1]["held_out"], stages[2]["held_out"]),
     }
-    for st in stages[3:]:  # further DAPO seeds (dapo_seeds), each against the same RFT
-        gains[f"dapo_seed{st['seed']}_vs_rft"] = gain(stages[1]["held_out"], st["held_out"])
+    for i, st in enumerate(stages[3:], 3):  # further seeds and arms, each against the same RFT
+        arm = "" if st.get("arm", "DAPO") == "DAPO" else f"_{st['arm']}"
+        first = all(s.get("arm") != st.get("arm") for s in stages[2:i])
+        key = f"dapo{arm}" + ("" if first else f"_seed{st['seed']}")
+        gains[f"{key}_vs_rft"] = gain(stages[1]["held_out"], st["held_out"])
     d = stages[1]["data"]
     print(
         f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
@@ -173,7 +176,7 @@ def report(
                 f"{b['val_pass1_se']:.3f} (iteration {int(b['iteration'])}); gain "
                 f"{b['val_gain']:+.3f} ± {b['val_gain_se']:.3f} (paired over tasks)"
             )
-    dapo = [st["held_out"]["pass@1"] for st in stages[2:]]
+    dapo = [st["held_out"]["pass@1"] for st in stages[2:] if st.get("arm", "DAPO") == "DAPO"]
     if len(dapo) >= 2:  # the spread over training seeds, which one run's s.e. does not show
         print(
             f"DAPO held-out pass@1 over {len(dapo)} seeds: mean {statistics.fmean(dapo):.3f}, "

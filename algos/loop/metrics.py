@@ -202,6 +202,7 @@ class EpisodeStats:
     turns: int = 0
     tokens: int = 0
     completion_tokens: int = 0
+    sampled_tokens: int = 0
     env_reward: float = 0.0
 
     def add(self, traj: Any) -> None:
@@ -211,6 +212,10 @@ class EpisodeStats:
         self.env_reward += float(traj.reward)
         self.tokens += sum(len(t.prompt_delta_ids) + len(t.completion_ids) for t in traj.turns)
         self.completion_tokens += sum(len(t.completion_ids) for t in traj.turns)
+        # a branched group's trunk was sampled once: its first branch counts it, the others not
+        k = traj.branch_turn or 0
+        first = not k or int((traj.branch or {}).get("branch_index", 0)) == 0
+        self.sampled_tokens += sum(len(t.completion_ids) for t in traj.turns[0 if first else k :])
 
     def summary(self) -> dict[str, float]:
         n = max(1, self.n)
@@ -219,6 +224,7 @@ class EpisodeStats:
             "turns_mean": self.turns / n,
             "seq_tokens_mean": self.tokens / n,
             "response_tokens_mean": self.completion_tokens / n,
+            "tokens_sampled": float(self.sampled_tokens),
             "env_reward_mean": self.env_reward / n,
         }
 

@@ -63,14 +63,23 @@ def test_bench_swe_learning_toy_run(
             "2",
             "--policy",
             "tiny-random",
-            *(["--preset", str(PRESETS / preset)] if preset else ["--dapo-seeds", "0,1"]),
+            # the one-GPU preset's run also trains a branched arm from the same RFT checkpoint
+            *(["--preset", str(PRESETS / preset), "--arm", 'branched={"branch_at": "turn:1"}']
+              if preset else ["--dapo-seeds", "0,1"]),
         ]
-    )
+    )  # fmt: skip
     assert rc == 0
     result = json.loads(out.read_text())
-    dapo_runs = [] if preset else ["DAPO seed 1"]  # the default preset's second DAPO seed
+    dapo_runs = ["DAPO branched"] if preset else ["DAPO seed 1"]
     assert [s["stage"] for s in result["stages"]] == ["base", "RFT", "DAPO", *dapo_runs]
-    assert ("dapo_seed1_vs_rft" in result["gains"]) == bool(dapo_runs)
+    assert ("dapo_seed1_vs_rft" in result["gains"]) == (not preset)
+    assert ("dapo_branched_vs_rft" in result["gains"]) == bool(preset)
+    assert list(result["arms"]) == (["DAPO", "branched"] if preset else ["DAPO"])
+    for stage in result["stages"][2:]:  # every arm's run: its cost, the trunk counted once
+        assert stage["costs"]["tokens_sampled"] > 0 and stage["costs"]["train_wall_s"] > 0
+    if preset:
+        assert result["stages"][3]["costs"]["branched_groups"] >= 1
+        assert (tmp_path / "work" / "dapo-branched" / "checkpoint").is_dir()
     tasks = result["tasks"]
     assert tasks["n_train"] >= 1 and tasks["n_held_out"] >= 1
     # paths in the saved result are relative (here, outside the repository: names only)
@@ -186,3 +195,26 @@ def test_every_learning_preset_is_a_valid_configuration(preset: str):
     rft = build_config(RFTConfig, (preset, cfg["rft"]))
     dapo = build_config(DAPOConfig, (preset, cfg["dapo"]))
     assert rft.max_turns == dapo.max_turns == cfg["eval"]["max_turns"]  # every stage alike
+
+
+def test_arms_parse_with_errors_that_name_the_arm():
+    from swe_learning_arms import parse_arms, run_name
+
+    arms = parse_arms({"tree": {"branch_at": "sample"}}, ['branched={"branch_at": "turn:1"}'])
+    assert arms == {
+        "DAPO": {},
+        "tree": {"branch_at": "sample"},
+        "branched": {"branch_at": "turn:1"},
+    }
+    assert [run_name(a, i, s) for a in ("DAPO", "tree") for i, s in ((0, 0), (1, 1))] == [
+        "dapo", "dapo-seed1", "dapo-tree", "dapo-tree-seed1"
+    ]  # fmt: skip
+    for flag, match in [
+        ("x={bad", "not JSON"),
+        ("DAPO={}", "other than 'DAPO'"),
+        ("a b={}", "letters, digits"),
+        ("x", "not a mapping"),
+        ('x=["turn:1"]', "not a mapping"),
+    ]:
+        with pytest.raises(SystemExit, match=match):
+            parse_arms(None, [flag])

@@ -144,3 +144,18 @@ def test_branch_metrics_count_the_trunk_once_and_the_fallbacks():
     assert row["group_tokens_sampled"] == pytest.approx(((5 + 6) + 6) / 2)
     assert row["group_tool_calls"] == pytest.approx(((2 + 3) + 3) / 2)
     assert row["group_env_s"] == pytest.approx(((3.0 + 1.5 + 0.25) + 3.0) / 2)
+
+
+def test_the_rows_tokens_sampled_count_a_branched_trunk_once():
+    """``tokens_sampled`` (every run's row) is what the engine generated: plain episodes in full,
+    a branched group's trunk once; ``response_tokens_mean`` stays per trajectory."""
+    from algos.loop.metrics import EpisodeStats
+
+    stats = EpisodeStats()
+    for t in group("a", [1.0, 0.0, 0.0]):
+        stats.add(t)
+    plain = Trajectory(task_id="u", turns=[Turn(completion_ids=[1, 2], tool="bash")])
+    stats.add(plain)
+    row = stats.summary()
+    assert row["tokens_sampled"] == (5 + 3 * 2) + 2
+    assert row["response_tokens_mean"] == pytest.approx((3 * (5 + 2) + 2) / 4)
