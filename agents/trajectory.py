@@ -19,8 +19,8 @@ differ. ``policy_version_min`` / ``_max`` summarise them (written to JSONL, deri
 Format 2 added the per-turn version; format 1 files still load (versions ``None``).
 
 Branched groups (``agents.branching``): a branch's trajectory holds the trunk's turns,
-token-identical, then its own; ``branch`` records where it came from (``BRANCH_KEYS``: the
-trunk's episode id, its own, the branch turn, its index among the group, the fork's seconds), or
+token-identical, then its own; ``branch`` records where it came from (``parent_episode_id``,
+``episode_id``, ``branch_turn``, ``branch_index`` among the group, the fork's ``fork_s``), or
 that its group fell back to plain episodes (``fallback``: why, ``planned_turn``). Format 3 added
 ``branch``; format 1 and 2 files load with ``branch=None`` (a plain episode).
 """

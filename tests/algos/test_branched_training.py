@@ -54,6 +54,8 @@ def test_one_branched_dapo_iteration_end_to_end(tmp_path: Path):
     assert row["episodes"] == 3 and row["branched_groups"] == 1 and row["branch_fallbacks"] == 0
     assert row["group_tool_calls"] >= 2 + 3 and row["group_tokens_sampled"] > 0
     assert row["group_env_s"] > 0 and row["optimizer_steps"] >= 1
+    # the row's tokens_sampled is the group's cost: the trunk once, not once per branch
+    assert row["tokens_sampled"] == row["group_tokens_sampled"]
     run = Path(trainer.cfg.run_dir)
     saved = Trajectory.load_jsonl(run / "episodes" / "iter-000001.jsonl")
     assert len(saved) == 3 and len({t.branch["parent_episode_id"] for t in saved}) == 1
@@ -73,6 +75,7 @@ def test_a_trunk_that_submits_first_falls_back_to_a_plain_group(tmp_path: Path):
     finally:
         trainer.close()
     assert row["episodes"] == 3 and row["branched_groups"] == 0 and row["branch_fallbacks"] == 1
+    assert row["tokens_sampled"] == 3 * row["response_tokens_mean"]  # plain: every token once
 
 
 def test_async_collection_with_branching(tmp_path: Path):
