@@ -26,7 +26,7 @@ from algos.loop.run_state import (
 from algos.loop.trainer_state import LearnerFactory, default_learner_factory
 from algos.policy import Policy, build_policy, load_policy_model
 from algos.report import save_iteration_episodes
-from algos.rollout.collect import RolloutSpec, env_tasks, run_rollouts
+from algos.rollout.collect import RolloutSpec, run_rollouts
 from algos.rollout.hack_monitor import HackMonitor
 from algos.rollout.scoring import (
     Counters,
@@ -35,6 +35,7 @@ from algos.rollout.scoring import (
     count_rollout_error,
     episode_samples,
 )
+from algos.rollout.task_source import env_tasks
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory

@@ -49,13 +49,15 @@ from algos.rollout.collect import (
     RolloutSpec,
     TaskPool,
     check_prompt_fits,
+)
+from algos.rollout.hack_monitor import HackMonitor
+from algos.rollout.scoring import Counters, ScoringSpec, load_reward_fn
+from algos.rollout.task_source import (
     env_task_source,
     env_tasks,
     filter_pool_by_solve_rate,
     weigh_hackable,
 )
-from algos.rollout.hack_monitor import HackMonitor
-from algos.rollout.scoring import Counters, ScoringSpec, load_reward_fn
 
 log = logging.getLogger(__name__)
 

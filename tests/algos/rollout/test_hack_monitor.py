@@ -13,9 +13,10 @@ import pytest
 from algos.config import ConfigError
 from algos.config.run import RunConfig
 from algos.report_html import render_episode
-from algos.rollout.collect import TaskPool, weigh_hackable
+from algos.rollout.collect import TaskPool
 from algos.rollout.hack_monitor import HackMonitor
 from algos.rollout.scoring import Counters, ScoringSpec, score_groups
+from algos.rollout.task_source import weigh_hackable
 from tests.algos.fake_episodes import traj
 
 OVERLOAD = (
