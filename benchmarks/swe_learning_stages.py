@@ -20,6 +20,15 @@ from swe_learning_runner import Runner
 ENV = "SWEStarter-v0"
 # the preset's env_kwargs that every stage shares -> agents.evaluate's flags for them
 EVAL_ENV_FLAGS = {"prompt": "--prompt", "max_observation_chars": "--max-observation-chars"}
+# the eval section's settings that agents.evaluate takes as flags of the same names
+EVAL_KEYS = (
+    "max_turns",
+    "max_new_tokens",
+    "max_context_tokens",
+    "temperature",
+    "concurrency",
+    "max_consecutive_invalid",
+)
 
 
 def evaluate(
@@ -28,34 +37,19 @@ def evaluate(
     """pass@1 over ``runs`` runs: one ``agents.evaluate --runs R`` call (one engine; run ``j``
     is episode seed ``1000 * seed + j``, and every turn samples with its own derived seed)."""
     ev = cfg["eval"]
+    flags = {  # in this order: a finished stage is reused while its command is unchanged
+        "--env": ENV,
+        "--tasks": tasks,
+        "--model": model,
+        "--runs": runs,
+        "--out": out,
+        **{f"--{k.replace('_', '-')}": ev[k] for k in EVAL_KEYS},
+        "--seed": seed * 1000,
+    }
     wall = run(
         name,
-        "-m",
-        "agents.evaluate",
-        "--env",
-        ENV,
-        "--tasks",
-        tasks,
-        "--model",
-        model,
-        "--runs",
-        str(runs),
-        "--out",
-        str(out),
-        "--max-turns",
-        str(ev["max_turns"]),
-        "--max-new-tokens",
-        str(ev["max_new_tokens"]),
-        "--max-context-tokens",
-        str(ev["max_context_tokens"]),
-        "--temperature",
-        str(ev["temperature"]),
-        "--concurrency",
-        str(ev["concurrency"]),
-        "--max-consecutive-invalid",
-        str(ev["max_consecutive_invalid"]),
-        "--seed",
-        str(seed * 1000),
+        *("-m", "agents.evaluate"),
+        *[str(x) for kv in flags.items() for x in kv],
         "--no-progress",
         *[x for k, v in cfg["env_kwargs"].items() for x in (EVAL_ENV_FLAGS[k], str(v))],
     )
