@@ -227,7 +227,14 @@ def plot(result: dict, out: Path) -> Path:
         ls="--",
         label="format-valid",
     )
-    axes[0].set_xticks(range(len(st)), [s["stage"] for s in st])
+    many = len(st) > 4  # seeds and arms: slanted labels, or they run into each other
+    axes[0].set_xticks(
+        range(len(st)),
+        [s["stage"] for s in st],
+        rotation=30 if many else 0,
+        ha="right" if many else "center",
+        fontsize=8 if many else None,
+    )
     axes[0].set_ylim(-0.05, 1.05)
     axes[0].set_title("held-out (± 2 s.e.)", fontsize=9)
     axes[0].legend(fontsize=8)
