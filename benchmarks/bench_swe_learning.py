@@ -15,7 +15,9 @@
 4. DAPO (``python -m algos.dapo``) from the RFT checkpoint on the training tasks, or with
    ``synth.max_rl`` on that many further training-side tasks RFT never saw (on its own tasks
    RFT's policy resolves nearly every group alike, which leaves DAPO no signal; so it does on
-   other tasks of the repositories RFT trained on: ``swe_learning_mixed.yaml``).
+   other tasks of the repositories RFT trained on: ``swe_learning_mixed.yaml``). With ``--arm``
+   or the preset's ``dapo_arms``, further DAPO configurations (e.g. branched groups) run from
+   the same checkpoint over the same seeds (``swe_learning_arms.py``).
 Every stage is evaluated the same way on the held-out tasks, with the preset's ``env_kwargs``
 (e.g. ``prompt: compact``) in every stage. Prints a table (pass@1 ± s.e., resolved count,
 format-valid rate, tokens per trajectory and the shared prompt's share, wall time), writes
