@@ -300,3 +300,11 @@ def parse_config(
 def warn(message: str) -> None:
     """A config warning (shown once, before any work)."""
     warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def require_at_least(config: Any, low: int, *names: str) -> None:
+    """Each named field of ``config`` must be >= ``low``; the first that is not is named with
+    its value (every config's counts and sizes are checked this one way)."""
+    for name in names:
+        if getattr(config, name) < low:
+            raise ConfigError(f"{name} must be >= {low}; got {getattr(config, name)}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from algos import objectives
-from algos.config import ConfigError
+from algos.config import ConfigError, require_at_least
 from algos.config.branching import check_branching
 from algos.config.run import RLConfig
 from algos.learner.learner_config import LearnerConfig
@@ -146,17 +146,11 @@ def validate_rl_config(cfg: PolicyGradientConfig) -> None:
     cfg.old_logprobs = OLD_LOGPROBS_ALIASES.get(cfg.old_logprobs, cfg.old_logprobs)
     if cfg.old_logprobs not in OLD_LOGPROBS:
         raise unknown_choice("old_logprobs", cfg.old_logprobs, OLD_LOGPROBS)
-    for name in (
-        "iterations",
-        "problems_per_iteration",
-        "group_size",
-        "max_steps_per_iteration",
-    ):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name} must be >= 1; got {getattr(cfg, name)}")
+    require_at_least(
+        cfg, 1, "iterations", "problems_per_iteration", "group_size", "max_steps_per_iteration"
+    )
     check_branching(cfg)
-    if cfg.max_refill_rounds < 0:
-        raise ConfigError(f"max_refill_rounds must be >= 0; got {cfg.max_refill_rounds}")
+    require_at_least(cfg, 0, "max_refill_rounds")
     if cfg.group_size < 2 and cfg.filter != "none":
         raise ConfigError(
             f"group_size={cfg.group_size}: a group of one has zero advantage, so filter="

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from algos.config import ConfigError
+from algos.config import ConfigError, require_at_least
 from algos.config.run import RunConfig
 from algos.learner.learner_config import LearnerConfig
 from swe_gym.errors import unknown_choice
@@ -45,9 +45,7 @@ class RFTConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("runs_per_task", "epochs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        require_at_least(self, 1, "runs_per_task", "epochs")
         try:  # lr, warmup_steps and the learner mapping: LearnerConfig's checks, run now
             self.learner_config(total_steps=max(self.warmup_steps, 0) + 1)
         except ValueError as e:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from algos.config import ConfigError
+from algos.config import ConfigError, require_at_least
 from algos.config.checks import (
     check_agent_cmd,
     check_learner_settings,
@@ -178,16 +178,16 @@ class RunConfig:
                 raise unknown_choice("log sink", name, LOGGERS)
         if "jsonl" not in self.log:
             self.log.insert(0, "jsonl")
-        for name in (
+        require_at_least(
+            self,
+            1,
             "concurrency",
             "max_turns",
             "max_new_tokens",
             "max_context_tokens",
             "micro_batch_tokens",
             "batch_size",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        )
         if self.max_new_tokens >= self.max_context_tokens:
             raise ConfigError(
                 f"max_new_tokens={self.max_new_tokens} does not fit max_context_tokens="
@@ -200,10 +200,8 @@ class RunConfig:
             raise ConfigError(f"max_error_share must be in [0, 1]; got {self.max_error_share}")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0 for RL sampling; got {self.temperature}")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be >= 0; got {self.checkpoint_every}")
-        if self.cp < 1:
-            raise ConfigError(f"cp must be >= 1; got {self.cp}")
+        require_at_least(self, 0, "checkpoint_every")
+        require_at_least(self, 1, "cp")
         if self.save_episodes is not None and self.save_episodes < 0:
             raise ConfigError(f"save_episodes must be >= 0 or none (all); got {self.save_episodes}")
         if self.save_episodes_sampling not in EPISODE_SAMPLING:
@@ -236,9 +234,7 @@ class RunConfig:
             load_agent_factory(self.agent)  # a bad module fails now, not after the model loads
         if self.agent_cmd is not None or self.agent_mount is not None:
             check_agent_cmd(self)
-        for name in ("ray_workers", "max_sandbox_starts_per_node"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}")
+        require_at_least(self, 1, "ray_workers", "max_sandbox_starts_per_node")
         if self.resume and not self.run_dir:
             raise ConfigError("resume needs run_dir: use --resume RUN_DIR")
 
@@ -293,9 +289,7 @@ class RLConfig(RunConfig):
             raise unknown_choice(
                 "advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS
             )
-        for name in ("val_runs", "val_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0; got {getattr(self, name)}")
+        require_at_least(self, 0, "val_runs", "val_every")
         if self.max_staleness < 0:
             raise ConfigError(
                 f"max_staleness must be >= 0 (0: synchronous, K >= 1: samples at "
