@@ -36,11 +36,6 @@ def env_tasks(env_id: str, env_kwargs: dict[str, Any]) -> list[Any]:
         env.close()
 
 
-def env_task_ids(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
-    """Every task id of an env (see ``env_tasks``)."""
-    return [t.instance_id for t in env_tasks(env_id, env_kwargs)]
-
-
 def env_task_source(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     """The task source an env reads (its ``tasks=`` argument or the id's default)."""
     import gymnasium
@@ -107,7 +102,6 @@ def weigh_hackable(
 
 
 __all__ = [
-    "env_task_ids",
     "env_task_source",
     "env_tasks",
     "filter_pool_by_solve_rate",
