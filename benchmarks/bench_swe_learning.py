@@ -325,17 +325,17 @@ def main(argv: list[str] | None = None) -> int:
                 *("--progress", "false"),
             )
             job = held_out(f"eval-{name}", str(work / name / "checkpoint"))
-            runs.append((arm, i, seed, wall, metrics(work / name), job))
+            runs.append((arm, i, seed, name, wall, metrics(work / name), job))
     stages[0]["held_out"] = base_job.result()
     stages[0]["wall_s"] = stages[0]["held_out"]["wall_s"]
     rft_stage["held_out"] = rft_job.result()
-    for arm, i, seed, wall, seed_rows, job in runs:
+    for arm, i, seed, name, wall, seed_rows, job in runs:
         stages.append(dapo_stage(stage_label(arm, i, seed), seed, wall, seed_rows))
-        stages[-1].update(arm=arm, costs=run_costs(seed_rows), held_out=job.result())
+        stages[-1].update(arm=arm, run=name, costs=run_costs(seed_rows), held_out=job.result())
     pool.shutdown()
     # The RFT model's train resolve rate is DAPO's first iteration (sampled before any update).
     stages[1]["train_resolve_rate"] = stages[2]["first_resolve_rate"]
-    rows = runs[0][4]
+    rows = runs[0][5]  # the first run's metrics rows (the plain arm, first seed)
 
     for s in stages[1:]:  # the stage's held-out evaluation, listed apart from its training
         s["eval_wall_s"] = s["held_out"]["wall_s"]

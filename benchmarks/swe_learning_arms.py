@@ -87,7 +87,7 @@ def compare_arms(stages: list[dict], rft_pass1: float) -> dict[str, dict[str, An
         tokens = [s["costs"]["tokens_sampled"] for s in runs]
         wall = [s["costs"]["train_wall_s"] for s in runs]
         g = statistics.fmean(p) - rft_pass1
-        tok = _mean([t for t in tokens if t is not None]) if None not in tokens else None
+        tok = None if None in tokens else statistics.fmean(tokens)
         minutes = statistics.fmean(wall) / 60
         out[arm] = {
             "seeds": [s["seed"] for s in runs],

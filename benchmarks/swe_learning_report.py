@@ -136,11 +136,8 @@ def report(
         "rft_vs_base": gain(stages[0]["held_out"], stages[1]["held_out"]),
         "dapo_vs_rft": gain(stages[1]["held_out"], stages[2]["held_out"]),
     }
-    for i, st in enumerate(stages[3:], 3):  # further seeds and arms, each against the same RFT
-        arm = "" if st.get("arm", "DAPO") == "DAPO" else f"_{st['arm']}"
-        first = all(s.get("arm") != st.get("arm") for s in stages[2:i])
-        key = f"dapo{arm}" + ("" if first else f"_seed{st['seed']}")
-        gains[f"{key}_vs_rft"] = gain(stages[1]["held_out"], st["held_out"])
+    for st in stages[3:]:  # further seeds and arms, each against the same RFT; named by its run
+        gains[f"{st['run'].replace('-', '_')}_vs_rft"] = gain(stages[1]["held_out"], st["held_out"])
     d = stages[1]["data"]
     print(
         f"RFT data: {d['source']}: {d['own_resolved']} passing of {d['own_episodes']} own runs"
