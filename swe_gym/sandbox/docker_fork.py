@@ -41,7 +41,13 @@ from swe_gym.reap import (
     OWNER,
 )
 from swe_gym.sandbox.docker import DockerSandbox, _start_slots
-from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, each, replay_into
+from swe_gym.sandbox.fork import (
+    capture_shell_state,
+    check_fork_count,
+    close_all,
+    each,
+    replay_into,
+)
 
 FORK_METHODS = ("commit", "archive")
 DEFAULT_FORK_METHOD = os.environ.get("SWE_GYM_DOCKER_FORK", "commit")
@@ -103,9 +109,7 @@ def fork_docker(parent: DockerSandbox, n: int, method: str | None = None) -> lis
 
         each(shell, children)
     except BaseException:
-        for child in children:
-            with contextlib.suppress(Exception):
-                child.close()
+        close_all(children)
         if image is not None:
             remove_fork_image(parent.client, image)
         raise

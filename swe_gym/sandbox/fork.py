@@ -156,21 +156,14 @@ def _bash_bytes(data: bytes) -> str:
 S = TypeVar("S")
 
 
-def start_children(make: Callable[[int], S], n: int, close: Callable[[S], None]) -> list[S]:
-    """``[make(0), ..., make(n-1)]``; when one fails, the ones made are closed (``close``)
-    before the error propagates, so a failed fork leaves nothing behind."""
-    made: list[S] = []
-    try:
-        for i in range(n):
-            made.append(make(i))
-    except BaseException:
-        for child in made:
-            try:
-                close(child)
-            except Exception:  # noqa: BLE001 - keep closing the rest; the first error wins
-                pass
-        raise
-    return made
+def close_all(children: Sequence[Any]) -> None:
+    """Close every child of a failed fork, each close's own error ignored: the cleanup must
+    reach them all, and the error that failed the fork is the one the caller raises."""
+    for child in children:
+        try:
+            child.close()
+        except Exception:  # noqa: BLE001 - keep closing the rest
+            pass
 
 
 def each(fn: Callable[[S], object], items: Sequence[S], workers: int = 4) -> None:
@@ -205,10 +198,10 @@ __all__ = [
     "ShellState",
     "capture_shell_state",
     "check_fork_count",
+    "close_all",
     "each",
     "fork_sandbox",
     "parse_shell_state",
     "replay_command",
     "replay_into",
-    "start_children",
 ]

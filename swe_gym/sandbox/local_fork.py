@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swe_gym.errors import SandboxError
-from swe_gym.sandbox.fork import capture_shell_state, check_fork_count, each, replay_into
+from swe_gym.sandbox.fork import (
+    capture_shell_state,
+    check_fork_count,
+    close_all,
+    each,
+    replay_into,
+)
 
 if TYPE_CHECKING:
     from swe_gym.sandbox.local import LocalSandbox
@@ -63,9 +69,7 @@ def fork_local(parent: LocalSandbox, n: int) -> list[LocalSandbox]:
             wmap = None if parent.sandboxed else (str(parent.root), str(child.root))
             replay_into([child], state, wmap)
     except BaseException:
-        for child in children:
-            with contextlib.suppress(Exception):
-                child.close()
+        close_all(children)
         raise
     return children
 
