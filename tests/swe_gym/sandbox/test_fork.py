@@ -107,10 +107,12 @@ def test_the_parent_is_resumed_and_its_own_stopped_jobs_stay_stopped(make_sb, fo
 
 
 def _states(sb, name: str) -> list[str]:
-    """The state letters (``/proc/PID/stat``) of the sandbox's processes named ``name``."""
+    """The state letters (``/proc/PID/stat``) of the sandbox's processes named ``name``. A
+    process may exit while the loop reads it (the tick loop's sleeps do): its files' errors are
+    dropped, the redirection first so that it covers the failed ``<`` too."""
     script = (
-        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
-        f"grep -q '^{name}' && cut -d' ' -f3 $p/stat; done"
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' 2>/dev/null < $p/cmdline | "
+        f"grep -q '^{name}' && cut -d' ' -f3 $p/stat 2>/dev/null; done"
     )
     return sb.run(script).output.split()
 
